@@ -5,4 +5,4 @@ cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
 export PYTHONHASHSEED=0
 exec .venv/bin/python -m pytest tests notebooks --nbval --nbval-current-env \
-    --sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider "$@"
+    --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider "$@"
