@@ -1,0 +1,413 @@
+"""Tests for transformer_lib.training (notebook 11): the label-smoothed loss equals PyTorch's, the
+learning-rate schedule follows eq. 3, the Trainer learns, stops and resumes exactly (same losses
+and weights after a crash, dropout included), checkpoints are atomic and load safely, and bad
+arguments fail with clear messages."""
+import ast
+import math
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+import transformer_lib.training as training
+from transformer_lib.data import Batch
+from transformer_lib.training import (LabelSmoothingLoss, Trainer, TrainState, checkpoint_callback, load_checkpoint,
+                                      make_optimizer, noam_lr, save_checkpoint, translation_loss)
+
+PAD, V, N_FEATURES, N_CLASSES, BATCHES_PER_EPOCH = 0, 11, 8, 4, 5
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+# ---------------------------------------------------------------- a toy task the Trainer can learn
+@dataclass
+class ToyBatch:
+    x: Tensor
+    y: Tensor
+
+    def to(self, device) -> "ToyBatch":
+        return ToyBatch(self.x.to(device), self.y.to(device))
+
+
+def toy_batches(epoch: int) -> list[ToyBatch]:
+    """Deterministic batches per epoch; the class is the argmax of the first 4 features."""
+    generator = torch.Generator().manual_seed(1000 + epoch)
+    batches = []
+    for _ in range(BATCHES_PER_EPOCH):
+        x = torch.randn(16, N_FEATURES, generator=generator)
+        batches.append(ToyBatch(x, x[:, :N_CLASSES].argmax(-1)))
+    return batches
+
+
+def toy_loss(model: nn.Module, batch: ToyBatch):
+    logits = model(batch.x)
+    return F.cross_entropy(logits, batch.y), {"tokens": len(batch.y),
+                                              "correct": int((logits.argmax(-1) == batch.y).sum())}
+
+
+def toy_model(seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(N_FEATURES, 32), nn.ReLU(), nn.Dropout(0.3), nn.Linear(32, N_CLASSES))
+
+
+def toy_trainer(max_steps=30, seed=0, log_every=5, loss_fn=toy_loss, device="cpu", **kwargs) -> Trainer:
+    model = toy_model(seed).to(device)
+    optimizer, scheduler = make_optimizer(model, d_model=32, warmup_steps=10, factor=2.0)
+    return Trainer(model, loss_fn, optimizer, toy_batches, scheduler, device=device, max_steps=max_steps,
+                   log_every=log_every, progress=False, **kwargs)
+
+
+def recorded(trainer: Trainer) -> list:
+    losses = []
+    trainer.add_callback("on_batch_end", lambda t: losses.append((t.state.step, t.last_loss)))
+    return losses
+
+
+# ---------------------------------------------------------------- label smoothing
+@pytest.fixture
+def logits_and_target():
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(50, V, generator=generator) * 3
+    target = torch.randint(1, V, (50,), generator=generator)
+    target[::3] = PAD                                   # a third of the positions are padding
+    return logits, target
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.25, 0.6])
+def test_label_smoothing_equals_cross_entropy(logits_and_target, smoothing):
+    logits, target = logits_and_target
+    ours_logits = logits.clone().requires_grad_()
+    ref_logits = logits.clone().requires_grad_()
+    ours = LabelSmoothingLoss(smoothing, ignore_index=PAD)(ours_logits, target)
+    reference = F.cross_entropy(ref_logits, target, ignore_index=PAD, label_smoothing=smoothing)
+    torch.testing.assert_close(ours, reference)
+    ours.backward()
+    reference.backward()
+    torch.testing.assert_close(ours_logits.grad, ref_logits.grad)
+
+
+def test_smoothing_zero_is_plain_cross_entropy(logits_and_target):
+    logits, target = logits_and_target
+    torch.testing.assert_close(LabelSmoothingLoss(0.0, ignore_index=PAD)(logits, target),
+                               F.cross_entropy(logits, target, ignore_index=PAD))
+    keep = target != PAD                                # and the mean is over real tokens only
+    torch.testing.assert_close(LabelSmoothingLoss(0.0, ignore_index=PAD)(logits, target),
+                               -logits[keep].log_softmax(-1).gather(-1, target[keep, None]).mean())
+
+
+def test_label_smoothing_half_precision_logits_computed_in_float32(logits_and_target):
+    logits, target = logits_and_target
+    loss = LabelSmoothingLoss(0.1, ignore_index=PAD)(logits.bfloat16(), target)
+    assert loss.dtype == torch.float32
+    torch.testing.assert_close(loss, F.cross_entropy(logits.bfloat16().float(), target, ignore_index=PAD,
+                                                     label_smoothing=0.1))
+
+
+def test_label_smoothing_all_padding_is_zero_not_nan():
+    loss = LabelSmoothingLoss(0.1, ignore_index=PAD)(torch.randn(4, V), torch.full((4,), PAD))
+    assert loss.item() == 0.0
+
+
+@pytest.mark.parametrize("smoothing", [1.0, -0.1, 1.5, "0.1", None])
+def test_label_smoothing_bad_smoothing(smoothing):
+    with pytest.raises(ValueError, match=r"smoothing must be a number in \[0, 1\)"):
+        LabelSmoothingLoss(smoothing)
+
+
+def test_label_smoothing_bad_shapes():
+    with pytest.raises(ValueError, match=r"expected logits \(N, V\) and target \(N,\)"):
+        LabelSmoothingLoss()(torch.randn(2, 3, V), torch.ones(2, 3, dtype=torch.long))
+
+
+# ---------------------------------------------------------------- schedule and optimizer
+@pytest.mark.parametrize("d_model,warmup", [(512, 4000), (128, 400), (256, 50)])
+def test_noam_lr_peaks_at_warmup(d_model, warmup):
+    rates = [noam_lr(step, d_model, warmup) for step in range(1, 3 * warmup)]
+    assert 1 + max(range(len(rates)), key=rates.__getitem__) == warmup
+    assert math.isclose(max(rates), d_model ** -0.5 * warmup ** -0.5, rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("step", [1, 7, 399, 400, 401, 1000, 123456])
+def test_noam_lr_matches_formula(step):
+    d_model, warmup, factor = 128, 400, 2.0
+    expected = factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+    assert math.isclose(noam_lr(step, d_model, warmup, factor), expected, rel_tol=1e-12)
+
+
+def test_noam_lr_step_zero_is_step_one():
+    assert noam_lr(0, 512) == noam_lr(1, 512) > 0
+
+
+@pytest.mark.parametrize("kwargs", [dict(d_model=0), dict(d_model=512, warmup_steps=0)])
+def test_noam_lr_bad_args(kwargs):
+    with pytest.raises(ValueError, match="must be positive"):
+        noam_lr(10, **kwargs)
+
+
+def test_make_optimizer_is_the_papers_adam():
+    optimizer, _ = make_optimizer(nn.Linear(3, 3), d_model=512)
+    assert isinstance(optimizer, torch.optim.Adam)
+    group = optimizer.param_groups[0]
+    assert group["betas"] == (0.9, 0.98) and group["eps"] == 1e-9
+
+
+@pytest.mark.parametrize("k", [0, 1, 5, 60])
+def test_make_optimizer_lr_after_k_scheduler_steps(k):
+    optimizer, scheduler = make_optimizer(nn.Linear(3, 3), d_model=64, warmup_steps=20, factor=1.5)
+    for _ in range(k):
+        optimizer.step()
+        scheduler.step()
+    assert math.isclose(optimizer.param_groups[0]["lr"], noam_lr(k + 1, 64, 20, 1.5), rel_tol=1e-12)
+
+
+# ---------------------------------------------------------------- translation_loss
+def test_translation_loss_counts_real_tokens_and_correct_ones():
+    batch = Batch.from_examples([([5, 6, 7], [1, 4, 5, 2]), ([5], [1, 6, 2])], pad_id=PAD)   # tgt_out [[4,5,2],[6,2,0]]
+
+    class Oracle(nn.Module):           # predicts tgt_out everywhere except sentence 0, position 1
+        def forward(self, src, tgt_in, src_key_padding_mask, tgt_key_padding_mask):
+            logits = F.one_hot(batch.tgt_out, V).float() * 10
+            logits[0, 1] = F.one_hot(torch.tensor(3), V).float() * 10
+            return logits                                            # (B, T, V)
+
+    loss, stats = translation_loss(Oracle(), batch, LabelSmoothingLoss(0.0, ignore_index=PAD))
+    assert stats == {"tokens": 5, "correct": 4}
+    expected = F.cross_entropy(Oracle()(None, None, None, None).reshape(-1, V), batch.tgt_out.reshape(-1),
+                               ignore_index=PAD)
+    torch.testing.assert_close(loss, expected)
+
+
+# ---------------------------------------------------------------- the Trainer
+def test_trainer_decreases_loss():
+    trainer = toy_trainer(max_steps=60, log_every=10)
+    state = trainer.fit()
+    history = state.history
+    assert [h["step"] for h in history] == [10, 20, 30, 40, 50, 60]
+    assert history[-1]["loss"] < 0.6 * history[0]["loss"]
+    assert history[-1]["accuracy"] > history[0]["accuracy"]
+    assert all(h["tokens"] == 10 * 16 for h in history)
+
+
+def test_trainer_stops_at_max_steps_across_epochs():
+    events = []
+    trainer = toy_trainer(max_steps=7)
+    for event in Trainer.EVENTS:
+        trainer.add_callback(event, lambda t, event=event: events.append(event))
+    state = trainer.fit()
+    assert (state.step, state.epoch, state.batch_in_epoch) == (7, 1, 2)
+    assert events.count("on_batch_end") == 7 and events.count("on_epoch_end") == 1
+    assert events.count("on_log") == 1 and events[-1] == "on_train_end"
+
+
+def test_trainer_max_steps_zero_does_nothing():
+    trainer = toy_trainer(max_steps=0)
+    before = [p.clone() for p in trainer.model.parameters()]
+    assert trainer.fit().step == 0
+    assert all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+
+
+def test_trainer_stops_at_time_budget():
+    import time
+
+    def slow_loss(model, batch):
+        time.sleep(0.01)
+        return toy_loss(model, batch)
+
+    trainer = toy_trainer(max_steps=None, time_budget_s=0.05, loss_fn=slow_loss)
+    state = trainer.fit()
+    assert 1 <= state.step <= 6 and state.elapsed >= 0.05
+
+
+def test_trainer_records_gradient_norm_before_clipping():
+    trainer = toy_trainer(max_steps=1, grad_clip=1e-3)
+    trainer.fit()
+    assert trainer.last_grad_norm > 1e-3                    # the norm before clipping is reported
+    assert toy_trainer(max_steps=1, grad_clip=None).last_grad_norm is None
+
+
+def _resume_after_crash(tmp_path, every: int, crash_at: int, total: int = 25, log_every: int = 5):
+    """Uninterrupted run vs a run that crashes at `crash_at` and is finished by a NEW Trainer."""
+    full = toy_trainer(max_steps=total, log_every=log_every)
+    full_losses = recorded(full)
+    full.fit()
+
+    path = tmp_path / "checkpoint.pt"
+    crashing = toy_trainer(max_steps=total, log_every=log_every)
+    crashed_losses = recorded(crashing)
+    crashing.add_callback("on_batch_end", checkpoint_callback(path, every))
+
+    def crash(t):
+        if t.state.step == crash_at:
+            raise KeyboardInterrupt("simulated crash")
+    crashing.add_callback("on_batch_end", crash)
+    with pytest.raises(KeyboardInterrupt):
+        crashing.fit()
+
+    # A new Trainer with other initial weights and another seed, as in a new process: restore must win.
+    resumed = toy_trainer(max_steps=total, log_every=log_every, seed=123)
+    resumed.restore(load_checkpoint(path))
+    checkpoint_step = resumed.state.step
+    resumed_losses = recorded(resumed)
+    resumed.fit()
+    stitched = [(s, loss) for s, loss in crashed_losses if s <= checkpoint_step] + resumed_losses
+    return full, full_losses, resumed, stitched, checkpoint_step
+
+
+@pytest.mark.parametrize("every,crash_at", [(10, 10), (7, 12), (5, 19)])
+def test_resume_after_crash_gives_identical_run(tmp_path, every, crash_at):
+    full, full_losses, resumed, stitched, checkpoint_step = _resume_after_crash(tmp_path, every, crash_at)
+    assert checkpoint_step == crash_at // every * every
+    assert stitched == full_losses                                    # exactly equal, step by step
+    assert resumed.state.history == [{**h, "elapsed": r["elapsed"]}   # every logged value but the time
+                                     for h, r in zip(full.state.history, resumed.state.history)]
+    assert len(resumed.state.history) == len(full.state.history)
+    for a, b in zip(resumed.model.state_dict().values(), full.model.state_dict().values()):
+        assert torch.equal(a, b)
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_resume_needs_the_random_state(tmp_path):
+    """Control: the toy model's dropout is active, so a resume that loses the RNG state differs."""
+    full = toy_trainer(max_steps=20)
+    full_losses = recorded(full)
+    full.fit()
+    first = toy_trainer(max_steps=10)
+    first.fit()
+    save_checkpoint(tmp_path / "c.pt", first.checkpoint())
+    resumed = toy_trainer(max_steps=20)
+    checkpoint = load_checkpoint(tmp_path / "c.pt")
+    resumed.restore(checkpoint)
+    torch.manual_seed(12345)                   # as if torch_rng had not been restored
+    resumed_losses = recorded(resumed)
+    resumed.fit()
+    assert resumed_losses != full_losses[10:]
+
+
+def test_checkpoint_is_plain_data_and_a_snapshot_of_state():
+    trainer = toy_trainer(max_steps=10)
+    trainer.fit()
+    payload = trainer.checkpoint(extra={"note": "hi"})
+    assert set(payload) >= {"model", "optimizer", "scheduler", "state", "log_window", "torch_rng", "extra"}
+    trainer.state.history.append({"step": 99})
+    assert len(payload["state"]["history"]) == 2          # later training does not change a taken checkpoint
+    assert TrainState(**payload["state"]).step == 10
+
+
+# ---------------------------------------------------------------- checkpoint files
+def test_save_checkpoint_is_atomic(tmp_path, monkeypatch):
+    path = tmp_path / "run" / "checkpoint.pt"
+    save_checkpoint(path, {"step": 1, "w": torch.ones(3)})
+    assert sorted(p.name for p in path.parent.iterdir()) == ["checkpoint.pt"]
+
+    def failing_save(obj, f, *args, **kwargs):
+        f.write(b"half a checkpo")                      # a partial write, then the failure
+        raise OSError("disk full")
+    monkeypatch.setattr(training.torch, "save", failing_save)
+    with pytest.raises(OSError, match="disk full"):
+        save_checkpoint(path, {"step": 2, "w": torch.zeros(3)})
+    monkeypatch.undo()
+    old = load_checkpoint(path)
+    assert old["step"] == 1 and torch.equal(old["w"], torch.ones(3))   # the old checkpoint is intact
+    assert sorted(p.name for p in path.parent.iterdir()) == ["checkpoint.pt"]   # and no .tmp is left
+
+
+class Payload:                      # pickled by reference; weights_only must refuse to build it
+    def __reduce__(self):
+        return (print, ("this would run while loading",))
+
+
+def test_load_checkpoint_refuses_arbitrary_objects(tmp_path):
+    path = tmp_path / "evil.pt"
+    torch.save({"model": {}, "payload": Payload()}, path)
+    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
+        load_checkpoint(path)
+
+
+def test_load_checkpoint_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no checkpoint at"):
+        load_checkpoint(tmp_path / "nothing.pt")
+
+
+def test_trainer_checkpoint_loads_with_weights_only(tmp_path):
+    trainer = toy_trainer(max_steps=3)
+    trainer.fit()
+    save_checkpoint(tmp_path / "c.pt", trainer.checkpoint({"config": {"d_model": 32}}))
+    loaded = load_checkpoint(tmp_path / "c.pt")
+    assert loaded["state"]["step"] == 3 and loaded["extra"] == {"config": {"d_model": 32}}
+
+
+# ---------------------------------------------------------------- errors and devices
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(max_steps=None), "give max_steps or time_budget_s"),
+    (dict(amp_dtype="fp8"), "amp_dtype must be None, 'bf16' or 'fp16'"),
+    (dict(grad_clip=0.0), "grad_clip must be a positive norm"),
+    (dict(log_every=0), "log_every must be a positive int"),
+    (dict(max_steps=-1), "max_steps must be >= 0"),
+])
+def test_trainer_bad_args(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        toy_trainer(**kwargs)
+
+
+def test_bad_callback_args():
+    with pytest.raises(ValueError, match="unknown event 'on_step'"):
+        toy_trainer().add_callback("on_step", print)
+    with pytest.raises(ValueError, match="every_steps must be a positive int"):
+        checkpoint_callback("c.pt", 0)
+
+
+def test_empty_epoch_is_an_error():
+    trainer = toy_trainer()
+    trainer.batches_for_epoch = lambda epoch: []
+    with pytest.raises(ValueError, match="epoch 0 has no batches"):
+        trainer.fit()
+
+
+def test_nan_loss_stops_with_a_clear_message():
+    def nan_after_two(model, batch, calls=[]):
+        calls.append(1)
+        loss, stats = toy_loss(model, batch)
+        return (loss * float("nan") if len(calls) == 3 else loss), stats
+
+    trainer = toy_trainer(loss_fn=nan_after_two)
+    with pytest.raises(FloatingPointError, match="loss is nan at step 3.*lower the learning rate"):
+        trainer.fit()
+    assert trainer.state.step == 2
+
+
+def test_amp_is_off_on_cpu():
+    trainer = toy_trainer(amp_dtype="bf16")
+    assert trainer.autocast_dtype is None and trainer.scaler is None
+    assert trainer.fit().step == 30
+
+
+def test_training_module_imports_nothing_from_the_model_side():
+    tree = ast.parse(Path(training.__file__).read_text(encoding="utf-8"))
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    model_side = {"embeddings", "positional", "attention", "multihead", "sublayers", "encoder", "decoder", "model",
+                  "decoding", "evaluation", "cli"}
+    assert not {name.rsplit(".", 1)[-1] for name in imported} & model_side, imported
+
+
+@CUDA
+@pytest.mark.parametrize("amp_dtype", [None, "bf16", "fp16"])
+def test_cuda_training_learns(amp_dtype):
+    trainer = toy_trainer(max_steps=60, log_every=10, device="cuda", amp_dtype=amp_dtype)
+    assert (trainer.scaler is not None) == (amp_dtype == "fp16")
+    history = trainer.fit().history
+    assert history[-1]["loss"] < 0.6 * history[0]["loss"]
+
+
+@CUDA
+def test_cuda_resume_from_checkpoint_mapped_to_gpu(tmp_path):
+    """The CLI loads checkpoints with map_location=device; restoring RNG states must still work."""
+    trainer = toy_trainer(max_steps=5, device="cuda")
+    trainer.fit()
+    save_checkpoint(tmp_path / "c.pt", trainer.checkpoint())
+    resumed = toy_trainer(max_steps=10, device="cuda")
+    resumed.restore(load_checkpoint(tmp_path / "c.pt", map_location="cuda"))
+    assert resumed.fit().step == 10
