@@ -1,0 +1,247 @@
+"""Multi30k de→en, side by side: our Transformer vs PyTorch's nn.Transformer, same data, tokenizer,
+batches, training-time budget and decoding; sacreBLEU on test_2016_flickr and test_2017_flickr.
+
+    python scripts/benchmark_multi30k.py --budget 25m --out results/multi30k
+
+Reads Multi30k from --data-dir (default $MULTI30K_DIR, else ../shared/data/multi30k beside the repo).
+Writes metrics.json, curves.png, attention.png, samples.md and the trained models' tokenizer into --out.
+"""
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from transformer_lib.cli import parse_duration  # noqa: E402
+from transformer_lib.data import TranslationData, load_pairs  # noqa: E402
+from transformer_lib.embeddings import TokenEmbedding  # noqa: E402
+from transformer_lib.evaluation import score_translations, translate  # noqa: E402
+from transformer_lib.model import TransformerConfig, build_transformer  # noqa: E402
+from transformer_lib.positional import PositionalEncoding  # noqa: E402
+from transformer_lib.tokenization import train_bpe_tokenizer  # noqa: E402
+from transformer_lib.training import LabelSmoothingLoss, Trainer, make_optimizer, translation_loss  # noqa: E402
+
+
+class PeerTransformer(nn.Module):
+    """The peer: PyTorch's nn.Transformer with the same embeddings, positions, tying and interface
+    (encode / decode / generator) as ours, so the same trainer and decoders drive both. It has no
+    key/value cache, so its decoding recomputes every position (slower, same tokens)."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.embed = TokenEmbedding(config.src_vocab_size, config.d_model, padding_idx=config.pad_id)
+        self.positions = PositionalEncoding(config.d_model, config.max_len, config.dropout)
+        self.core = nn.Transformer(config.d_model, config.n_heads, config.n_encoder_layers, config.n_decoder_layers,
+                                   config.d_ff, config.dropout, batch_first=True, norm_first=config.norm_first)
+        self.generator = nn.Linear(config.d_model, config.tgt_vocab_size, bias=False)
+        self.generator.weight = self.tgt_embed.embedding.weight
+
+    # One shared embedding, also reachable under our model's names (the decoders' checks read them).
+    @property
+    def src_embed(self) -> TokenEmbedding:
+        return self.embed
+
+    @property
+    def tgt_embed(self) -> TokenEmbedding:
+        return self.embed
+
+    def encode(self, src, src_key_padding_mask=None):
+        return self.core.encoder(self.positions(self.src_embed(src)), src_key_padding_mask=src_key_padding_mask)
+
+    def decode(self, tgt, memory, tgt_mask=None, tgt_key_padding_mask=None, memory_key_padding_mask=None, cache=None):
+        if cache is not None:
+            raise ValueError("nn.Transformer has no key/value cache; decode with use_cache=False")
+        return self.core.decoder(self.positions(self.tgt_embed(tgt)), memory, tgt_mask=tgt_mask,
+                                 tgt_key_padding_mask=tgt_key_padding_mask,
+                                 memory_key_padding_mask=memory_key_padding_mask)
+
+    def forward(self, src, tgt, src_key_padding_mask=None, tgt_key_padding_mask=None):
+        memory = self.encode(src, src_key_padding_mask)
+        causal = torch.triu(torch.ones(tgt.size(1), tgt.size(1), dtype=torch.bool, device=tgt.device), 1)
+        return self.generator(self.decode(tgt, memory, causal, tgt_key_padding_mask, src_key_padding_mask))
+
+
+def train_one(name: str, model: nn.Module, data: TranslationData, args, pad_id: int) -> dict:
+    torch.manual_seed(args.seed)
+    optimizer, scheduler = make_optimizer(model, args.d_model, args.warmup, args.lr_factor)
+    criterion = LabelSmoothingLoss(args.label_smoothing, ignore_index=pad_id)
+    trainer = Trainer(model, lambda m, b: translation_loss(m, b, criterion), optimizer,
+                      lambda epoch: data.batches(epoch, seed=args.seed), scheduler,
+                      time_budget_s=args.budget, max_steps=args.max_steps, log_every=25, progress=not args.no_progress)
+    state = trainer.fit()
+    print(f"[{name}] {state.step} steps in {state.elapsed:.0f}s", file=sys.stderr)
+    tokens = sum(h["tokens"] for h in state.history)
+    return {"steps": state.step, "train_seconds": round(state.elapsed, 1), "epochs_started": state.epoch + 1,
+            "target_tokens_per_second": round(tokens / max(state.elapsed, 1e-9)),
+            "parameters": sum(p.numel() for p in model.parameters()), "history": state.history}
+
+
+def evaluate_one(model: nn.Module, tokenizer, test_sets: dict, use_cache: bool, beams: list[int]) -> tuple[dict, dict]:
+    scores, outputs = {}, {}
+    for split, pairs in test_sets.items():
+        for beam in beams:
+            start = time.perf_counter()
+            hyps = translate(model, tokenizer, [s for s, _ in pairs], beam_size=beam, use_cache=use_cache)
+            key = "greedy" if beam == 1 else f"beam{beam}"
+            scores.setdefault(split, {})[key] = {**{k: round(v, 2) for k, v in score_translations(
+                hyps, [t for _, t in pairs]).items()}, "decode_seconds": round(time.perf_counter() - start, 1)}
+            outputs[(split, key)] = hyps
+            print(f"  {split} {key}: {scores[split][key]}", file=sys.stderr)
+    return scores, outputs
+
+
+def _plot_attention(model, tokenizer, sentence: str, path: Path) -> None:
+    """Cross-attention of the last decoder layer (mean over heads) while translating `sentence`."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    model.eval()
+    hyp = translate(model, tokenizer, [sentence])[0]
+    src = torch.tensor([tokenizer.encode(sentence, unknown="replace")])
+    hyp_ids = tokenizer.encode(hyp, add_special_tokens=False, unknown="replace") if hyp.strip() else []
+    tgt = torch.tensor([[tokenizer.bos_id] + hyp_ids])                    # <s> y1 .. yn
+    layer = model.decoder.layers[-1].cross_attn
+    layer.keep_weights = True
+    with torch.no_grad():
+        model(src, tgt)
+    layer.keep_weights = False
+    weights = layer.last_weights[0].mean(0)                               # (T, S)
+    fig, ax = plt.subplots(figsize=(7, 6))
+    image = ax.imshow(weights, cmap="viridis", vmin=0)
+    ax.set_xticks(range(src.size(1)), [tokenizer.id_to_token(i) for i in src[0].tolist()], rotation=90)
+    ax.set_yticks(range(tgt.size(1)), [tokenizer.id_to_token(i) for i in tgt[0].tolist()])
+    ax.set_xlabel("source (German) subwords"); ax.set_ylabel("target (English) subwords, input side")
+    ax.set_title("Cross-attention, last decoder layer, mean of heads")
+    fig.colorbar(image, ax=ax, label="attention weight")
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+
+def _plot_curves(report: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for name, result in report["models"].items():
+        steps = [h["step"] for h in result["history"]]
+        left.plot(steps, [h["loss"] for h in result["history"]], label=name)
+        right.plot([h["elapsed"] / 60 for h in result["history"]], [h["accuracy"] for h in result["history"]], label=name)
+    left.set(title="Training loss (label-smoothed)", xlabel="step", ylabel="loss")
+    right.set(title="Training token accuracy", xlabel="training minutes", ylabel="accuracy")
+    left.legend(); right.legend()
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--data-dir", default=os.environ.get("MULTI30K_DIR", str(ROOT.parent / "shared/data/multi30k")))
+    p.add_argument("--out", type=Path, default=ROOT / "results" / "multi30k")
+    p.add_argument("--models", default="ours,peer", help="comma-separated: ours, peer")
+    p.add_argument("--budget", type=parse_duration, default=parse_duration("25m"), help="training time per model")
+    p.add_argument("--max-steps", type=int, default=None, help="also stop after this many steps (for smoke runs)")
+    p.add_argument("--vocab-size", type=int, default=8000)
+    p.add_argument("--d-model", type=int, default=256)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--d-ff", type=int, default=1024)
+    p.add_argument("--layers", type=int, default=3)
+    p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--label-smoothing", type=float, default=0.1)
+    p.add_argument("--max-tokens", type=int, default=4096)
+    p.add_argument("--warmup", type=int, default=400)
+    p.add_argument("--lr-factor", type=float, default=1.0)
+    p.add_argument("--beams", default="1,4", help="beam sizes to evaluate (1 = greedy)")
+    p.add_argument("--test-limit", type=int, default=None, help="score only the first N test sentences")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--weights-dir", type=Path, default=ROOT / "runs", help="where trained weights are kept")
+    p.add_argument("--eval-only", action="store_true", help="re-score weights saved by an earlier run")
+    return p
+
+
+def main() -> None:
+    args = build_parser().parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    args.out.mkdir(parents=True, exist_ok=True)
+    train_pairs = load_pairs("multi30k", "train", data_dir=args.data_dir)
+    test_sets = {split: load_pairs("multi30k", split, data_dir=args.data_dir, limit=args.test_limit)
+                 for split in ("test_2016", "test_2017")}
+    # The BPE training is deterministic, so separate processes (one per model) share one vocabulary.
+    tokenizer = train_bpe_tokenizer([s for pair in train_pairs for s in pair], vocab_size=args.vocab_size)
+    tokenizer.save(args.out / "tokenizer.json")
+    config = TransformerConfig(tokenizer.vocab_size, tokenizer.vocab_size, args.d_model, args.heads, args.d_ff,
+                               args.layers, args.layers, args.dropout, norm_first=True, pad_id=tokenizer.pad_id)
+    data = TranslationData(train_pairs, tokenizer, args.max_tokens, max_len=config.max_len)
+    beams = [int(b) for b in args.beams.split(",")]
+    for name in args.models.split(","):
+        torch.manual_seed(args.seed)
+        model = build_transformer(config) if name == "ours" else PeerTransformer(config)
+        weights = args.weights_dir / f"multi30k_{name}.pt"
+        if args.eval_only:   # re-score saved weights (e.g. after a decoding change), keep the training record
+            model.load_state_dict(torch.load(weights, weights_only=True))
+            result = json.loads((args.out / f"model_{name}.json").read_text())
+        else:
+            result = train_one(name, model, data, args, tokenizer.pad_id)
+            weights.parent.mkdir(parents=True, exist_ok=True)
+            torch.save(model.state_dict(), weights)        # runs/ is not committed
+            result.update(command="python scripts/benchmark_multi30k.py " + " ".join(sys.argv[1:]),
+                          hardware=_hardware(), config={k: str(v) if isinstance(v, Path) else v
+                                                        for k, v in vars(args).items()} | {"model": vars(config)})
+        scores, outputs = evaluate_one(model, tokenizer, test_sets, use_cache=(name == "ours"), beams=beams)
+        result["test"] = scores
+        (args.out / f"model_{name}.json").write_text(json.dumps(result, indent=1))
+        # Only our outputs are committed (one per line); the test data stays out of the repo.
+        for (split, decoding), hypotheses in outputs.items():
+            (args.out / f"hypotheses_{name}_{split}_{decoding}.txt").write_text("\n".join(hypotheses) + "\n")
+        if name == "ours":
+            _plot_attention(model, tokenizer, test_sets["test_2016"][0][0], args.out / "attention.png")
+    report = _assemble(args.out, train_pairs, test_sets, tokenizer)
+    print(json.dumps({n: {"steps": m["steps"], "test": m["test"]} for n, m in report["models"].items()}, indent=1))
+
+
+def _hardware() -> dict:
+    return {"machine": platform.machine(), "processor": platform.processor() or "unknown",
+            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__, "python": platform.python_version()}
+
+
+def _assemble(out: Path, train_pairs, test_sets, tokenizer) -> dict:
+    """metrics.json and curves.png from every model_*.json in `out` (models may train in separate processes)."""
+    models = {p.stem.removeprefix("model_"): json.loads(p.read_text()) for p in sorted(out.glob("model_*.json"))}
+    report = {"task": "Multi30k de->en, sacreBLEU (cased, detokenized 13a) on the full test sets",
+              "data": {"train_pairs": len(train_pairs), **{f"{k}_pairs": len(v) for k, v in test_sets.items()},
+                       "vocab_size": tokenizer.vocab_size, "shared_vocabulary": True},
+              "models": models}
+    (out / "metrics.json").write_text(json.dumps(report, indent=1))
+    _plot_curves(report, out / "curves.png")
+    _write_samples(out, test_sets["test_2016"], models)
+    return report
+
+
+def _write_samples(out: Path, pairs, models: dict, rows=(0, 1, 2, 3, 100, 250, 500, 750)) -> None:
+    """A few test_2016 translations side by side (quoting a handful of test sentences, not the set)."""
+    hyps = {name: (out / f"hypotheses_{name}_test_2016_greedy.txt").read_text().splitlines() for name in models}
+    lines = ["# Sample translations, test_2016_flickr, greedy", ""]
+    for i in rows:
+        if i < len(pairs):
+            lines += [f"**{i}.** de: {pairs[i][0]}", f"- reference: {pairs[i][1]}"]
+            lines += [f"- {name}: {hyps[name][i]}" for name in hyps] + [""]
+    (out / "samples.md").write_text("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
