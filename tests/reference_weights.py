@@ -14,8 +14,15 @@ The correspondence:
 """
 from contextlib import contextmanager
 
+import pytest
 import torch
 from torch import nn
+
+# The variants every model-side equivalence test runs over.
+NORM_FIRST = pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
+FUSED = pytest.mark.parametrize("fused", [False, True], ids=["explicit", "fused"])
+DEVICE = pytest.mark.parametrize("device", [
+    "cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))])
 
 
 def copy_attention(ours, ref: nn.MultiheadAttention) -> None:

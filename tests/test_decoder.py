@@ -5,15 +5,12 @@ import pytest
 import torch
 from torch import nn
 
-from reference_weights import copy_decoder, copy_decoder_layer, count_linear_calls, randomize_norms
+from reference_weights import (DEVICE, FUSED, NORM_FIRST, copy_decoder, copy_decoder_layer, 
+                               count_linear_calls, randomize_norms)
 from transformer_lib.attention import subsequent_mask
 from transformer_lib.decoder import Decoder, DecoderLayer
 
 D, H, D_FF, B, S, T = 16, 4, 32, 3, 7, 5
-NORM_FIRST = pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
-FUSED = pytest.mark.parametrize("fused", [False, True], ids=["explicit", "fused"])
-DEVICE = pytest.mark.parametrize("device", [
-    "cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))])
 
 
 @pytest.fixture

@@ -4,14 +4,11 @@ import pytest
 import torch
 from torch import nn
 
-from reference_weights import copy_encoder, copy_encoder_layer, count_linear_calls, randomize_norms
+from reference_weights import (DEVICE, FUSED, NORM_FIRST, copy_encoder, copy_encoder_layer, 
+                               count_linear_calls, randomize_norms)
 from transformer_lib.encoder import Encoder, EncoderLayer
 
 D, H, D_FF, B, S = 16, 4, 32, 3, 6
-NORM_FIRST = pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
-FUSED = pytest.mark.parametrize("fused", [False, True], ids=["explicit", "fused"])
-DEVICE = pytest.mark.parametrize("device", [
-    "cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))])
 
 
 @pytest.fixture

@@ -8,15 +8,12 @@ import pytest
 import torch
 from torch import nn
 
-from reference_weights import copy_transformer, count_linear_calls, randomize_norms
+from reference_weights import (DEVICE, FUSED, NORM_FIRST, copy_transformer, 
+                               count_linear_calls, randomize_norms)
 from transformer_lib.attention import subsequent_mask
 from transformer_lib.model import Transformer, TransformerConfig, build_transformer
 
 V, D, H, D_FF, B, S, T, PAD, MAX_LEN = 50, 16, 4, 32, 3, 7, 5, 0, 16
-NORM_FIRST = pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
-FUSED = pytest.mark.parametrize("fused", [False, True], ids=["explicit", "fused"])
-DEVICE = pytest.mark.parametrize("device", [
-    "cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))])
 
 
 def small_model(**changes) -> Transformer:
