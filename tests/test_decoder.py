@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from reference_weights import (DEVICE, FUSED, NORM_FIRST, copy_decoder, copy_decoder_layer, 
+from reference_weights import (DEVICE, FUSED, NORM_FIRST, copy_decoder, copy_decoder_layer,
                                count_linear_calls, randomize_norms)
 from transformer_lib.attention import subsequent_mask
 from transformer_lib.decoder import Decoder, DecoderLayer

@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from reference_weights import (DEVICE, FUSED, NORM_FIRST, copy_encoder, copy_encoder_layer, 
+from reference_weights import (DEVICE, FUSED, NORM_FIRST, copy_encoder, copy_encoder_layer,
                                count_linear_calls, randomize_norms)
 from transformer_lib.encoder import Encoder, EncoderLayer
 

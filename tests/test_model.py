@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from reference_weights import (DEVICE, FUSED, NORM_FIRST, copy_transformer, 
+from reference_weights import (DEVICE, FUSED, NORM_FIRST, copy_transformer,
                                count_linear_calls, randomize_norms)
 from transformer_lib.attention import subsequent_mask
 from transformer_lib.model import Transformer, TransformerConfig, build_transformer
