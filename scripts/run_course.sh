@@ -8,7 +8,7 @@ mkdir -p build/notebooks
 for notebook in notebooks/[0-9][0-9]_*.ipynb; do
     echo "== $notebook"
     .venv/bin/jupyter nbconvert --to notebook --execute --output-dir build/notebooks "$notebook" \
-        --ExecutePreprocessor.timeout=1800 --log-level WARN
+        --ExecutePreprocessor.timeout=1800 --log-level ERROR
 done
 echo "== the course model (trained on the built-in corpus by notebook 11) translates:"
 .venv/bin/python -m transformer_lib translate --run runs/course_model --beam 4 \
