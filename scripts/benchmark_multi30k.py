@@ -213,8 +213,19 @@ def main() -> None:
     print(json.dumps({n: {"steps": m["steps"], "test": m["test"]} for n, m in report["models"].items()}, indent=1))
 
 
+def _cpu_name() -> str:
+    """The CPU's model name from /proc/cpuinfo (Linux), else what platform knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
 def _hardware() -> dict:
-    return {"machine": platform.machine(), "processor": platform.processor() or "unknown",
+    return {"machine": platform.machine(), "processor": _cpu_name(),
             "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "torch": torch.__version__, "python": platform.python_version()}
 
