@@ -99,11 +99,12 @@ def length_penalty(length, alpha: float):
 
 # %% ../notebooks/12_decoding.ipynb #e504ecc1
 def _reorder_cache(cache: list[dict], index: Tensor) -> None:
-    """Keep the self-attention cache rows of the hypotheses `index` selects. Beam search only moves
-    rows within a sentence, and a sentence's rows share one memory, so the cross-attention cache stays."""
+    """Keep the self-attention cache rows of the hypotheses `index` selects: every tensor there is
+    batch-first (ours: keys and values, (B·K, H, t, d_k)). Beam search only moves rows within a
+    sentence, and a sentence's rows share one memory, so the cross-attention cache stays."""
     for layer in cache:
-        for name in ("k", "v"):
-            layer["self"][name] = layer["self"][name].index_select(0, index)    # (B·K, H, t, d_k)
+        for name, tensor in layer["self"].items():
+            layer["self"][name] = tensor.index_select(0, index)
 
 
 @torch.no_grad()
