@@ -15,8 +15,8 @@ from torch import Tensor, nn
 
 import transformer_lib.training as training
 from transformer_lib.data import Batch
-from transformer_lib.training import (LabelSmoothingLoss, Trainer, TrainState, checkpoint_callback, load_checkpoint,
-                                      make_optimizer, noam_lr, save_checkpoint, translation_loss)
+from transformer_lib.training import (LabelSmoothingLoss, Trainer, TrainState, WeightAverager, checkpoint_callback,
+                                      load_checkpoint, make_optimizer, noam_lr, save_checkpoint, translation_loss)
 
 PAD, V, N_FEATURES, N_CLASSES, BATCHES_PER_EPOCH = 0, 11, 8, 4, 5
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -378,10 +378,55 @@ def test_nan_loss_stops_with_a_clear_message():
     assert trainer.state.step == 2
 
 
-def test_amp_is_off_on_cpu():
-    trainer = toy_trainer(amp_dtype="bf16")
-    assert trainer.autocast_dtype is None and trainer.scaler is None
-    assert trainer.fit().step == 30
+def test_cpu_autocast_is_bf16_only():
+    assert toy_trainer(amp_dtype="fp16").autocast_dtype is None      # fp16 on a CPU: off, float32
+    trainer = toy_trainer(amp_dtype="bf16", max_steps=60, log_every=10)
+    assert trainer.autocast_dtype == torch.bfloat16 and trainer.scaler is None
+    seen = []
+    trainer.loss_fn = lambda m, b: (seen.append(m(b.x).dtype), toy_loss(m, b))[1]
+    history = trainer.fit().history
+    assert seen[0] == torch.bfloat16                                  # the matmuls really ran in bf16
+    assert all(p.dtype == torch.float32 for p in trainer.model.parameters())   # the weights stay float32
+    assert history[-1]["loss"] < 0.6 * history[0]["loss"]
+
+
+# ---------------------------------------------------------------- checkpoint averaging
+def test_weight_averager_keeps_the_last_snapshots_and_the_final_one():
+    trainer = toy_trainer(max_steps=23)
+    averager = WeightAverager(every_steps=5, keep=3).attach(trainer)
+    seen = {}
+    trainer.add_callback("on_batch_end", lambda t: seen.update({t.state.step: {
+        k: v.clone() for k, v in t.model.state_dict().items()}}))
+    trainer.fit()
+    assert averager.steps == [15, 20, 23]                       # every 5 steps, plus the end; the last 3
+    averaged = averager.average()
+    for name, value in averaged.items():
+        torch.testing.assert_close(value, (seen[15][name] + seen[20][name] + seen[23][name]) / 3)
+    model = toy_model()
+    model.load_state_dict(averaged)                              # a state dict the model accepts
+    averaged["0.weight"].add_(1.0)                               # and a copy: the snapshots are untouched
+    torch.testing.assert_close(averager.snapshots[-1][1]["0.weight"], seen[23]["0.weight"])
+
+
+def test_weight_averager_copies_integer_buffers_from_the_newest_snapshot():
+    averager = WeightAverager(every_steps=1, keep=2)
+    for step, count in ((1, 3), (2, 8)):
+        averager.snapshots.append((step, {"w": torch.tensor([float(step)]), "n": torch.tensor(count)}))
+    averaged = averager.average()
+    assert averaged["w"].item() == 1.5 and averaged["n"].item() == 8 and averaged["n"].dtype == torch.int64
+
+
+@pytest.mark.parametrize("kwargs, message", [(dict(every_steps=0), "every_steps must be a positive int"),
+                                             (dict(every_steps=10, keep=0), "keep must be a positive int"),
+                                             (dict(every_steps=2.5), "every_steps must be a positive int")])
+def test_weight_averager_bad_args(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        WeightAverager(**kwargs)
+
+
+def test_weight_averager_without_snapshots_says_what_to_do():
+    with pytest.raises(ValueError, match=r"no snapshot to average yet: attach\(\) the averager"):
+        WeightAverager(every_steps=10).average()
 
 
 def test_training_module_imports_nothing_from_the_model_side():

@@ -60,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--checkpoint-every", type=int, default=100, help="steps between checkpoints")
     train.add_argument("--seed", type=int, default=0, help="random seed (data order, init, dropout)")
     train.add_argument("--device", default=None, help="cuda, mps or cpu (default: the best present)")
-    train.add_argument("--amp", default=None, choices=["bf16", "fp16"], help="mixed precision on CUDA")
+    train.add_argument("--amp", default=None, choices=["bf16", "fp16"],
+                       help="mixed precision: bf16 on CUDA or on a CPU with bf16 instructions, fp16 on CUDA only")
     train.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
     train.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 

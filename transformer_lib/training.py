@@ -4,11 +4,12 @@
 
 # %% auto #0
 __all__ = ['LabelSmoothingLoss', 'noam_lr', 'make_optimizer', 'translation_loss', 'TrainState', 'save_checkpoint',
-           'load_checkpoint', 'Trainer', 'checkpoint_callback']
+           'load_checkpoint', 'Trainer', 'checkpoint_callback', 'WeightAverager']
 
 # %% ../notebooks/11_training.ipynb #ca7aba16
 import os
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -148,7 +149,7 @@ class Trainer:
         device: where batches are moved.
         max_steps, time_budget_s: stop after this many updates / seconds of training steps (at least one).
         grad_clip: clip the global gradient norm to this value; None turns clipping off.
-        amp_dtype: None, "bf16" or "fp16": autocast on CUDA (off on CPU and MPS).
+        amp_dtype: None, "bf16" (autocast on CUDA and CPU) or "fp16" (CUDA only); off on other devices.
         log_every: append the mean loss and accuracy to `state.history` every this many steps.
         progress: show a tqdm progress bar.
 
@@ -177,7 +178,8 @@ class Trainer:
         self.batches_for_epoch, self.device = batches_for_epoch, torch.device(device)
         self.max_steps, self.time_budget_s, self.grad_clip = max_steps, time_budget_s, grad_clip
         self.log_every, self.progress = log_every, progress
-        use_amp = amp_dtype is not None and self.device.type == "cuda"
+        use_amp = amp_dtype is not None and (self.device.type == "cuda"
+                                             or (amp_dtype == "bf16" and self.device.type == "cpu"))
         self.autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(amp_dtype) if use_amp else None
         self.scaler = torch.amp.GradScaler("cuda") if self.autocast_dtype == torch.float16 else None
         self.state = TrainState()
@@ -307,3 +309,54 @@ def checkpoint_callback(path: str | os.PathLike, every_steps: int, extra: dict |
         if trainer.state.step % every_steps == 0 or trainer._done():
             save_checkpoint(path, trainer.checkpoint(extra))
     return save
+
+# %% ../notebooks/11_training.ipynb #c3d2e4f5
+class WeightAverager:
+    """The paper's checkpoint averaging (§6.1: "averaging the last 5 checkpoints"), in memory.
+
+    `attach(trainer)` registers it: every `every_steps` steps, and once more at the end of training,
+    it keeps a CPU copy of the model's state dict; only the latest `keep` copies are held.
+    `average()` returns their mean, ready for `model.load_state_dict`.
+
+    Args:
+        every_steps: steps between snapshots.
+        keep: how many of the latest snapshots to average (the paper: 5).
+    """
+
+    def __init__(self, every_steps: int, keep: int = 5):
+        for name, value in (("every_steps", every_steps), ("keep", keep)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        self.every_steps = every_steps
+        self.snapshots: deque = deque(maxlen=keep)    # (step, state dict on the CPU), oldest first
+
+    def attach(self, trainer: Trainer) -> "WeightAverager":
+        trainer.add_callback("on_batch_end", self._periodic_snapshot)
+        trainer.add_callback("on_train_end", self._final_snapshot)
+        return self
+
+    @property
+    def steps(self) -> list[int]:
+        """The training steps at which the kept snapshots were taken."""
+        return [step for step, _ in self.snapshots]
+
+    def _snapshot(self, trainer: Trainer) -> None:
+        weights = {name: t.detach().to("cpu", copy=True) for name, t in trainer.model.state_dict().items()}
+        self.snapshots.append((trainer.state.step, weights))
+
+    def _periodic_snapshot(self, trainer: Trainer) -> None:
+        if trainer.state.step % self.every_steps == 0:
+            self._snapshot(trainer)
+
+    def _final_snapshot(self, trainer: Trainer) -> None:
+        if not self.snapshots or self.snapshots[-1][0] != trainer.state.step:
+            self._snapshot(trainer)
+
+    def average(self) -> dict:
+        """The mean of the kept snapshots (floating-point entries; others from the newest one)."""
+        if not self.snapshots:
+            raise ValueError("no snapshot to average yet: attach() the averager to a Trainer and run fit() "
+                             f"for at least {self.every_steps} steps (or to its end)")
+        newest = self.snapshots[-1][1]
+        return {name: torch.stack([weights[name].float() for _, weights in self.snapshots]).mean(0).to(t.dtype)
+                if t.is_floating_point() else t.clone() for name, t in newest.items()}
