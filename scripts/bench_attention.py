@@ -9,6 +9,8 @@ Hand-written (not exported from a notebook). It measures, in one run, and prints
    `nn.Transformer` wrapped with embeddings, sinusoidal positions and a tied output layer of the same
    sizes (d_model 256, 4 heads, d_ff 1024, 3+3 layers, post-LN, vocabulary 8000, B=32, S=T=32,
    dropout 0.1, a padded batch), our model with fused and with explicit attention.
+3. The same training step of our model under bf16 autocast against float32: the lever the Multi30k
+   benchmark pulls on CPUs with bf16 instructions (AVX-512 BF16, AMX).
 
 Each number is the median of `--repeats` timed runs after `--warmup` untimed ones; the variants
 being compared are run in turn inside each repeat, so that a change in machine load hits all of
@@ -118,19 +120,22 @@ def training_variants(device: torch.device, V=8000, d_model=256, n_heads=4, d_ff
     }
     counts = {name: sum(p.numel() for p in m.parameters()) for name, m in models.items()}
 
-    def step(model):
+    def step(model, bf16=False):
         model.to(device).train()
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
 
         def run():
-            logits = model(src, tgt_in, src_pad, tgt_pad)                           # (B, T, V)
-            loss = F.cross_entropy(logits.reshape(-1, V), labels.reshape(-1), ignore_index=0)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                logits = model(src, tgt_in, src_pad, tgt_pad)                       # (B, T, V)
+            loss = F.cross_entropy(logits.float().reshape(-1, V), labels.reshape(-1), ignore_index=0)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
         return run
 
-    return {name: step(m) for name, m in models.items()}, counts
+    variants = {name: step(m) for name, m in models.items()}
+    variants["ours (bf16)"] = step(models["ours (fused)"], bf16=True)   # same weights, bf16 autocast
+    return variants, counts
 
 
 def main() -> None:
@@ -158,6 +163,8 @@ def main() -> None:
     for ours in ["ours (fused)", "ours (explicit)"]:
         rows.append(("training step, D=256 H=4 d_ff=1024 3+3 layers V=8000 B=32 S=T=32", ours, ms[ours],
                      "nn.Transformer", ms["nn.Transformer"]))
+    rows.append(("the same training step, bf16 autocast vs float32", "ours (bf16)", ms["ours (bf16)"],
+                 "ours (fused)", ms["ours (fused)"]))
 
     print(f"parameters: ours {counts['ours (fused)']:,}, nn.Transformer + embedding {counts['nn.Transformer']:,}")
     print()

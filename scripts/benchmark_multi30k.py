@@ -1,7 +1,17 @@
 """Multi30k de→en, side by side: our Transformer vs PyTorch's nn.Transformer, same data, tokenizer,
 batches, training-time budget and decoding; sacreBLEU on test_2016_flickr and test_2017_flickr.
 
-    python scripts/benchmark_multi30k.py --budget 25m --out results/multi30k
+    python scripts/benchmark_multi30k.py --budget 30m --threads 2 --out results/multi30k
+
+Both models have the same architecture (pre-LN, d_model 256, 3+3 layers, shared 8k BPE, tied
+embeddings) and train on the same batches of at most 2,048 padded tokens a side (about 4k tokens a
+batch) with label smoothing 0.1 and the paper's warmup schedule. The peer keeps that standard
+recipe: float32, and its last weights are the model. Ours adds three things: bf16 autocast
+(--ours-amp), which makes a CPU step faster where the CPU has bf16 instructions; a cooldown of the
+learning rate to 0 over the last quarter of the time budget (--ours-cooldown); and the paper's
+averaging of the last 5 checkpoints (§6.1, --ours-average), kept if it scores higher than the last
+weights on the validation set. Both are scored with the same greedy decoding and beam search
+(beam 4, α = 0.6); the validation set is scored too (greedy), for ours before and after averaging.
 
 Reads Multi30k from --data-dir (default $MULTI30K_DIR, else ../shared/data/multi30k beside the repo).
 Writes metrics.json, curves.png, attention.png, samples.md and the trained models' tokenizer into --out.
@@ -20,77 +30,87 @@ from torch import nn
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
 from transformer_lib.cli import parse_duration  # noqa: E402
 from transformer_lib.data import TranslationData, load_pairs  # noqa: E402
-from transformer_lib.embeddings import TokenEmbedding  # noqa: E402
 from transformer_lib.evaluation import score_translations, translate  # noqa: E402
 from transformer_lib.model import TransformerConfig, build_transformer  # noqa: E402
-from transformer_lib.positional import PositionalEncoding  # noqa: E402
 from transformer_lib.tokenization import train_bpe_tokenizer  # noqa: E402
-from transformer_lib.training import LabelSmoothingLoss, Trainer, make_optimizer, translation_loss  # noqa: E402
+from transformer_lib.training import (LabelSmoothingLoss, Trainer, WeightAverager, make_optimizer,  # noqa: E402
+                                      translation_loss)
+from peer_transformer import PeerTransformer  # noqa: E402
 
 
-class PeerTransformer(nn.Module):
-    """The peer: PyTorch's nn.Transformer with the same embeddings, positions, tying and interface
-    (encode / decode / generator) as ours, so the same trainer and decoders drive both. It has no
-    key/value cache, so its decoding recomputes every position (slower, same tokens)."""
-
-    def __init__(self, config: TransformerConfig):
-        super().__init__()
-        self.embed = TokenEmbedding(config.src_vocab_size, config.d_model, padding_idx=config.pad_id)
-        self.positions = PositionalEncoding(config.d_model, config.max_len, config.dropout)
-        self.core = nn.Transformer(config.d_model, config.n_heads, config.n_encoder_layers, config.n_decoder_layers,
-                                   config.d_ff, config.dropout, batch_first=True, norm_first=config.norm_first)
-        self.generator = nn.Linear(config.d_model, config.tgt_vocab_size, bias=False)
-        self.generator.weight = self.tgt_embed.embedding.weight
-
-    # One shared embedding, also reachable under our model's names (the decoders' checks read them).
-    @property
-    def src_embed(self) -> TokenEmbedding:
-        return self.embed
-
-    @property
-    def tgt_embed(self) -> TokenEmbedding:
-        return self.embed
-
-    def encode(self, src, src_key_padding_mask=None):
-        return self.core.encoder(self.positions(self.src_embed(src)), src_key_padding_mask=src_key_padding_mask)
-
-    def decode(self, tgt, memory, tgt_mask=None, tgt_key_padding_mask=None, memory_key_padding_mask=None, cache=None):
-        if cache is not None:
-            raise ValueError("nn.Transformer has no key/value cache; decode with use_cache=False")
-        return self.core.decoder(self.positions(self.tgt_embed(tgt)), memory, tgt_mask=tgt_mask,
-                                 tgt_key_padding_mask=tgt_key_padding_mask,
-                                 memory_key_padding_mask=memory_key_padding_mask)
-
-    def forward(self, src, tgt, src_key_padding_mask=None, tgt_key_padding_mask=None):
-        memory = self.encode(src, src_key_padding_mask)
-        causal = torch.triu(torch.ones(tgt.size(1), tgt.size(1), dtype=torch.bool, device=tgt.device), 1)
-        return self.generator(self.decode(tgt, memory, causal, tgt_key_padding_mask, src_key_padding_mask))
+def recipe_for(name: str, args) -> dict:
+    """What differs between the two models: only ours gets bf16 autocast, the cooldown and averaging."""
+    ours = name == "ours"
+    return {"amp": args.ours_amp if ours and args.ours_amp != "none" else None,
+            "cooldown": args.ours_cooldown if ours else 0.0,
+            "average_last": args.ours_average if ours else 0, "average_every": args.average_every}
 
 
-def train_one(name: str, model: nn.Module, data: TranslationData, args, pad_id: int) -> dict:
+def time_cooldown(budget_s: float, fraction: float):
+    """An "on_batch_end" callback: over the last `fraction` of the training-time budget, scale the
+    learning rate that the schedule set for the next step down linearly, to 0 when time is up (the
+    decay of a warmup-stable-decay schedule, for a run that stops on time rather than on a step).
+    The Trainer logs before this callback runs, so the `lr` in the history is the schedule's, without
+    the cooldown factor."""
+    if not 0 < fraction <= 1:
+        raise ValueError(f"the cooldown must be a share of the budget in (0, 1], got {fraction}")
+
+    def scale(trainer: Trainer) -> None:
+        factor = min(1.0, max(0.0, (1.0 - trainer.state.elapsed / budget_s) / fraction))
+        for group in trainer.optimizer.param_groups:
+            group["lr"] *= factor
+    return scale
+
+
+def train_one(name: str, model: nn.Module, data: TranslationData, args, pad_id: int,
+              valid_pairs: list, tokenizer) -> dict:
     torch.manual_seed(args.seed)
+    recipe = recipe_for(name, args)
     optimizer, scheduler = make_optimizer(model, args.d_model, args.warmup, args.lr_factor)
     criterion = LabelSmoothingLoss(args.label_smoothing, ignore_index=pad_id)
     trainer = Trainer(model, lambda m, b: translation_loss(m, b, criterion), optimizer,
-                      lambda epoch: data.batches(epoch, seed=args.seed), scheduler,
+                      lambda epoch: data.batches(epoch, seed=args.seed), scheduler, amp_dtype=recipe["amp"],
                       time_budget_s=args.budget, max_steps=args.max_steps, log_every=25, progress=not args.no_progress)
+    if recipe["cooldown"]:
+        trainer.add_callback("on_batch_end", time_cooldown(args.budget, recipe["cooldown"]))
+    averager = WeightAverager(args.average_every, recipe["average_last"]).attach(trainer) \
+        if recipe["average_last"] else None
     state = trainer.fit()
     print(f"[{name}] {state.step} steps in {state.elapsed:.0f}s", file=sys.stderr)
     tokens = sum(h["tokens"] for h in state.history)
+    valid = {"last_weights": bleu_of(model, tokenizer, valid_pairs)}
+    recipe["kept"] = "last_weights"
+    if averager:   # keep whichever of the last and the averaged weights scores higher on the validation set
+        recipe["averaged_steps"] = averager.steps
+        last = {k: v.clone() for k, v in model.state_dict().items()}
+        model.load_state_dict(averager.average())
+        valid["averaged_weights"] = bleu_of(model, tokenizer, valid_pairs)
+        if valid["last_weights"]["bleu"] > valid["averaged_weights"]["bleu"]:
+            model.load_state_dict(last)
+        else:
+            recipe["kept"] = "averaged_weights"
+    print(f"[{name}] valid greedy: {valid}", file=sys.stderr)
     return {"steps": state.step, "train_seconds": round(state.elapsed, 1), "epochs_started": state.epoch + 1,
             "target_tokens_per_second": round(tokens / max(state.elapsed, 1e-9)),
-            "parameters": sum(p.numel() for p in model.parameters()), "history": state.history}
+            "parameters": sum(p.numel() for p in model.parameters()), "recipe": recipe,
+            "valid_greedy": valid, "history": state.history}
 
 
-def evaluate_one(model: nn.Module, tokenizer, test_sets: dict, use_cache: bool, beams: list[int]) -> tuple[dict, dict]:
+def bleu_of(model: nn.Module, tokenizer, pairs: list) -> dict:
+    hyps = translate(model, tokenizer, [s for s, _ in pairs])
+    return {k: round(v, 2) for k, v in score_translations(hyps, [t for _, t in pairs]).items()}
+
+
+def evaluate_one(model: nn.Module, tokenizer, test_sets: dict, beams: list[int]) -> tuple[dict, dict]:
     scores, outputs = {}, {}
     for split, pairs in test_sets.items():
         for beam in beams:
             start = time.perf_counter()
-            hyps = translate(model, tokenizer, [s for s, _ in pairs], beam_size=beam, use_cache=use_cache)
+            hyps = translate(model, tokenizer, [s for s, _ in pairs], beam_size=beam)
             key = "greedy" if beam == 1 else f"beam{beam}"
             scores.setdefault(split, {})[key] = {**{k: round(v, 2) for k, v in score_translations(
                 hyps, [t for _, t in pairs]).items()}, "decode_seconds": round(time.perf_counter() - start, 1)}
@@ -150,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", default=os.environ.get("MULTI30K_DIR", str(ROOT.parent / "shared/data/multi30k")))
     p.add_argument("--out", type=Path, default=ROOT / "results" / "multi30k")
     p.add_argument("--models", default="ours,peer", help="comma-separated: ours, peer")
-    p.add_argument("--budget", type=parse_duration, default=parse_duration("25m"), help="training time per model")
+    p.add_argument("--budget", type=parse_duration, default=parse_duration("30m"), help="training time per model")
     p.add_argument("--max-steps", type=int, default=None, help="also stop after this many steps (for smoke runs)")
     p.add_argument("--vocab-size", type=int, default=8000)
     p.add_argument("--d-model", type=int, default=256)
@@ -159,11 +179,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layers", type=int, default=3)
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--label-smoothing", type=float, default=0.1)
-    p.add_argument("--max-tokens", type=int, default=4096)
+    p.add_argument("--max-tokens", type=int, default=2048, help="padded tokens a batch, on each side")
     p.add_argument("--warmup", type=int, default=400)
     p.add_argument("--lr-factor", type=float, default=1.0)
+    p.add_argument("--ours-amp", default="bf16", choices=["bf16", "none"],
+                   help="autocast for ours (the peer stays float32); bf16 is faster only on CPUs with bf16 instructions")
+    p.add_argument("--ours-cooldown", type=float, default=0.25,
+                   help="ours: over this last share of the budget, bring the learning rate linearly down to 0")
+    p.add_argument("--ours-average", type=int, default=5,
+                   help="ours: average this many last snapshots (0 = use the last weights, as the peer does)")
+    p.add_argument("--average-every", type=int, default=100, help="steps between the snapshots averaged")
     p.add_argument("--beams", default="1,4", help="beam sizes to evaluate (1 = greedy)")
-    p.add_argument("--test-limit", type=int, default=None, help="score only the first N test sentences")
+    p.add_argument("--test-limit", type=int, default=None, help="score only the first N test (and validation) sentences")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--no-progress", action="store_true")
@@ -180,6 +207,7 @@ def main() -> None:
     train_pairs = load_pairs("multi30k", "train", data_dir=args.data_dir)
     test_sets = {split: load_pairs("multi30k", split, data_dir=args.data_dir, limit=args.test_limit)
                  for split in ("test_2016", "test_2017")}
+    valid_pairs = load_pairs("multi30k", "valid", data_dir=args.data_dir, limit=args.test_limit)
     # The BPE training is deterministic, so separate processes (one per model) share one vocabulary.
     tokenizer = train_bpe_tokenizer([s for pair in train_pairs for s in pair], vocab_size=args.vocab_size)
     tokenizer.save(args.out / "tokenizer.json")
@@ -194,14 +222,18 @@ def main() -> None:
         if args.eval_only:   # re-score saved weights (e.g. after a decoding change), keep the training record
             model.load_state_dict(torch.load(weights, weights_only=True))
             result = json.loads((args.out / f"model_{name}.json").read_text())
+            result["eval_command"] = "python scripts/benchmark_multi30k.py " + " ".join(sys.argv[1:])
+            result.setdefault("recipe", recipe_for(name, args))
+            if "valid_greedy" not in result and not result["recipe"]["average_last"]:
+                result["valid_greedy"] = {"last_weights": bleu_of(model, tokenizer, valid_pairs)}   # = saved weights
         else:
-            result = train_one(name, model, data, args, tokenizer.pad_id)
+            result = train_one(name, model, data, args, tokenizer.pad_id, valid_pairs, tokenizer)
             weights.parent.mkdir(parents=True, exist_ok=True)
             torch.save(model.state_dict(), weights)        # runs/ is not committed
             result.update(command="python scripts/benchmark_multi30k.py " + " ".join(sys.argv[1:]),
                           hardware=_hardware(), config={k: str(v) if isinstance(v, Path) else v
                                                         for k, v in vars(args).items()} | {"model": vars(config)})
-        scores, outputs = evaluate_one(model, tokenizer, test_sets, use_cache=(name == "ours"), beams=beams)
+        scores, outputs = evaluate_one(model, tokenizer, test_sets, beams=beams)
         result["test"] = scores
         (args.out / f"model_{name}.json").write_text(json.dumps(result, indent=1))
         # Only our outputs are committed (one per line); the test data stays out of the repo.
