@@ -60,7 +60,39 @@ def test_training_time_within_the_stated_budget(metrics):
         assert result["train_seconds"] <= budget + 60            # ... and not exceeded by more than a step
 
 
+def test_side_by_side_shares_data_budget_architecture_and_machine(metrics):
+    ours, peer = metrics["models"]["ours"], metrics["models"]["peer"]
+    shared = ("budget", "vocab_size", "d_model", "heads", "d_ff", "layers", "dropout", "label_smoothing",
+              "max_tokens", "warmup", "lr_factor", "seed", "threads")
+    assert {k: ours["config"][k] for k in shared} == {k: peer["config"][k] for k in shared}
+    assert ours["config"]["model"] == peer["config"]["model"]
+    assert ours["parameters"] == peer["parameters"]
+    assert ours["hardware"] == peer["hardware"]
+    # The peer keeps the standard recipe; only ours averages checkpoints (and they are the last ones).
+    assert peer["recipe"]["amp"] is None and peer["recipe"]["average_last"] == 0
+    averaged = ours["recipe"].get("averaged_steps", [])
+    assert len(averaged) == ours["recipe"]["average_last"] and (not averaged or averaged[-1] == ours["steps"])
+
+
 def test_figures_exist():
     assert "ours:" in (RESULTS / "samples.md").read_text() and "peer:" in (RESULTS / "samples.md").read_text()
     for name in ("curves.png", "attention.png"):
         assert (RESULTS / name).stat().st_size > 10_000
+
+
+def test_readme_quotes_the_committed_numbers(metrics):
+    """README's Multi30k table (rows `| ours |` and `| nn.Transformer |`) says what metrics.json says."""
+    rows = {}
+    for line in (REPO / "README.md").read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells[0] in ("ours", "`nn.Transformer`") and len(cells) == 8:
+            rows["ours" if cells[0] == "ours" else "peer"] = cells
+    assert set(rows) == {"ours", "peer"}, "README.md lacks the Multi30k table rows"
+    for model, cells in rows.items():
+        result = metrics["models"][model]
+        assert int(cells[2].replace(",", "")) == result["steps"]
+        assert int(cells[3].replace(",", "")) == result["target_tokens_per_second"]
+        quoted = [float(c) for c in cells[4:8]]
+        stored = [result["test"][split][decoding]["bleu"] for split in ("test_2016", "test_2017")
+                  for decoding in ("greedy", "beam4")]
+        assert quoted == [round(s, 1) for s in stored], model
