@@ -6,9 +6,10 @@ Hand-written (not exported from a notebook). It measures, in one run, and prints
    against the explicit matmul-softmax path the course teaches: B=32, T=128, d_model=512, 8 heads,
    without a mask and with a causal mask.
 2. One training step (forward, cross-entropy, backward, Adam step) of our `Transformer` against
-   `nn.Transformer` wrapped with embeddings, sinusoidal positions and a tied output layer of the same
-   sizes (d_model 256, 4 heads, d_ff 1024, 3+3 layers, post-LN, vocabulary 8000, B=32, S=T=32,
-   dropout 0.1, a padded batch), our model with fused and with explicit attention.
+   `nn.Transformer` wrapped as the Multi30k benchmark's peer (scripts/peer_transformer.py: the same
+   embedding, sinusoidal positions and tied output layer) at the same sizes (d_model 256, 4 heads,
+   d_ff 1024, 3+3 layers, post-LN, vocabulary 8000, B=32, S=T=32, dropout 0.1, a padded batch), our
+   model with fused and with explicit attention.
 3. The same training step of our model under bf16 autocast against float32: the lever the Multi30k
    benchmark pulls on CPUs with bf16 instructions (AVX-512 BF16, AMX).
 
@@ -18,19 +19,17 @@ them alike. Ratios above 1 mean the first variant is slower. On a CPU that other
 threads that wait for each other can make single runs many times slower; `--threads 1` avoids that.
 """
 import argparse
-import math
 import platform
 import statistics
 import time
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
+from peer_transformer import PeerTransformer   # scripts/, beside this file
 from transformer_lib.attention import subsequent_mask
-from transformer_lib.model import Transformer
+from transformer_lib.model import Transformer, TransformerConfig
 from transformer_lib.multihead import MultiHeadAttention
-from transformer_lib.positional import sinusoidal_table
 
 
 def synchronize(device: torch.device) -> None:
@@ -72,31 +71,13 @@ def attention_variants(device: torch.device, causal: bool, B=32, T=128, d_model=
     return {"explicit": step(False), "fused": step(True)}
 
 
-class TorchTransformerLM(nn.Module):
-    """nn.Transformer with the same front and back as ours: scaled embedding, sinusoidal positions,
-    dropout, and an output layer tied to the embedding. Post-LN without final norms, like the paper."""
-
-    def __init__(self, vocab_size, d_model, n_heads, d_ff, n_layers, dropout, max_len, pad_id=0):
-        super().__init__()
-        self.d_model, self.dropout = d_model, dropout
-        self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
-        nn.init.normal_(self.embedding.weight, std=d_model ** -0.5)
-        self.register_buffer("pe", sinusoidal_table(max_len, d_model), persistent=False)
-        self.transformer = nn.Transformer(d_model, n_heads, n_layers, n_layers, d_ff, dropout, batch_first=True)
-        self.transformer.encoder.norm = self.transformer.decoder.norm = None
-        self.generator = nn.Linear(d_model, vocab_size, bias=False)
-        self.generator.weight = self.embedding.weight
-
-    def embed(self, tokens):
-        x = self.embedding(tokens) * math.sqrt(self.d_model) + self.pe[:tokens.size(1)]
-        return F.dropout(x, self.dropout, self.training)
-
-    def forward(self, src, tgt, src_key_padding_mask, tgt_key_padding_mask):
-        out = self.transformer(self.embed(src), self.embed(tgt),
-                               tgt_mask=subsequent_mask(tgt.size(1), device=tgt.device),
-                               src_key_padding_mask=src_key_padding_mask, tgt_key_padding_mask=tgt_key_padding_mask,
-                               memory_key_padding_mask=src_key_padding_mask)
-        return self.generator(out)
+def torch_transformer(V, d_model, n_heads, d_ff, n_layers, dropout, max_len) -> PeerTransformer:
+    """nn.Transformer with the same front and back as ours (the Multi30k benchmark's peer), post-LN
+    without the final norms nn.Transformer always adds, like the paper and like our post-LN model."""
+    peer = PeerTransformer(TransformerConfig(V, V, d_model, n_heads, d_ff, n_layers, n_layers, dropout,
+                                             max_len=max_len, norm_first=False))
+    peer.core.encoder.norm = peer.core.decoder.norm = None
+    return peer
 
 
 def training_variants(device: torch.device, V=8000, d_model=256, n_heads=4, d_ff=1024, n_layers=3,
@@ -116,7 +97,7 @@ def training_variants(device: torch.device, V=8000, d_model=256, n_heads=4, d_ff
                                     fused_attention=True),
         "ours (explicit)": Transformer(V, V, d_model, n_heads, d_ff, n_layers, n_layers, dropout, max_len=S + T,
                                        fused_attention=False),
-        "nn.Transformer": TorchTransformerLM(V, d_model, n_heads, d_ff, n_layers, dropout, max_len=S + T),
+        "nn.Transformer": torch_transformer(V, d_model, n_heads, d_ff, n_layers, dropout, max_len=S + T),
     }
     counts = {name: sum(p.numel() for p in m.parameters()) for name, m in models.items()}
 

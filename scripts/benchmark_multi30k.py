@@ -18,7 +18,6 @@ Writes metrics.json, curves.png, attention.png, samples.md and the trained model
 """
 import argparse
 import json
-import math
 import os
 import platform
 import sys

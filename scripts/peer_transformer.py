@@ -5,8 +5,8 @@ same trainer and the same decoders drive both.
 Hand-written, used by scripts/benchmark_multi30k.py and checked by tests/test_peer_transformer.py.
 nn.Transformer has no key/value cache. For decoding, `decode(..., cache=...)` instead keeps each
 decoder layer's self-attention inputs of the positions already generated and runs the layer's own
-submodules on the newest position only: the same tokens as recomputing everything, at a small
-fraction of the cost (beam search with full recomputation took tens of minutes on the test sets).
+submodules on the newest position only: the same tokens as recomputing everything, while each
+step's cost no longer grows with the whole prefix pushed through every layer.
 """
 import warnings
 
