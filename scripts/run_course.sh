@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The course's main job, headless: execute every notebook in order (figures land in images/,
-# executed copies in build/notebooks/), then translate with the model notebook 11 trained.
+# The course's main job, headless: execute every notebook in order (executed copies in
+# build/notebooks/), then translate with the model notebook 11 trained. This is the one run that
+# writes figures into images/, and only those whose picture really changed (transformer_lib/course.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
 mkdir -p build/notebooks
+export COURSE_FIGURES_DIR="$PWD/images"
 for notebook in notebooks/[0-9][0-9]_*.ipynb; do
     echo "== $notebook"
     .venv/bin/jupyter nbconvert --to notebook --execute --output-dir build/notebooks "$notebook" \
