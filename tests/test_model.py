@@ -196,3 +196,20 @@ def test_positional_table_also_rejects_long_input():
     model = small_model()
     with pytest.raises(ValueError, match="max_len"):
         model.positions(torch.zeros(1, MAX_LEN + 1, D))
+
+
+def test_encoder_decoder_from_parts_is_the_same_model(batch):
+    """`Transformer` is an `EncoderDecoder` that builds its parts: the generic class given the same
+    parts computes the same logits, and the paper's post-LN model is embed -> encode -> decode -> h E^T."""
+    from transformer_lib.model import EncoderDecoder
+    model = small_model().eval()
+    src, tgt, src_padding, tgt_padding = batch
+    parts = EncoderDecoder(model.src_embed, model.tgt_embed, model.positions, model.encoder, model.decoder,
+                           model.generator, MAX_LEN).eval()
+    expected = model(src, tgt, src_key_padding_mask=src_padding, tgt_key_padding_mask=tgt_padding)
+    torch.testing.assert_close(parts(src, tgt, src_key_padding_mask=src_padding, tgt_key_padding_mask=tgt_padding),
+                               expected, rtol=0, atol=0)
+    memory = model.encoder(model.positions(model.src_embed(src)), src_key_padding_mask=src_padding)
+    hidden = model.decoder(model.positions(model.tgt_embed(tgt)), memory, tgt_mask=subsequent_mask(T),
+                           tgt_key_padding_mask=tgt_padding, memory_key_padding_mask=src_padding)
+    torch.testing.assert_close(hidden @ model.src_embed.embedding.weight.T, expected)

@@ -189,3 +189,53 @@ def test_cuda_equals_nn_multihead_attention(pair, inputs, kind, fused):
         expected, _ = reference(query, memory, memory, attn_mask=attn_mask, key_padding_mask=key_padding_mask)
         out, _ = layer(query, memory, memory, attn_mask, key_padding_mask)
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype, model_fix", [(torch.float64, ".double()"), (torch.float16, ".half()"),
+                                              (torch.bfloat16, ".bfloat16()")])
+@pytest.mark.parametrize("wrong", ["query", "key", "value"])
+def test_input_dtype_other_than_weights_names_both(inputs, dtype, model_fix, wrong):
+    src, tgt, _ = inputs
+    args = {"query": tgt, "key": src, "value": src}
+    args[wrong] = args[wrong].to(dtype)
+    layer = MultiHeadAttention(D, H)
+    message = (rf"{wrong} has dtype {dtype} but the layer's weights are torch.float32; "
+               rf"convert with \.to\(torch.float32\) or the model with \{model_fix[:-2]}\(\)")
+    with count_linear_calls() as calls, pytest.raises(TypeError, match=message):
+        layer(args["query"], args["key"], args["value"])
+    assert calls == []
+
+
+def test_double_layer_accepts_double_inputs(inputs):
+    src, tgt, src_padding = inputs
+    layer = MultiHeadAttention(D, H).double()
+    out, _ = layer(tgt.double(), src.double(), src.double(), key_padding_mask=src_padding)
+    assert out.dtype == torch.float64
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs CUDA"))])
+@pytest.mark.parametrize("fused", [False, True])
+def test_autocast_inputs_of_the_autocast_dtype_are_accepted(inputs, device, fused):
+    """Under torch.autocast, bfloat16 activations meet float32 weights by design: no dtype error."""
+    src, tgt, src_padding = (t.to(device) for t in inputs)
+    layer = MultiHeadAttention(D, H, fused=fused).to(device).eval()
+    with torch.no_grad():
+        expected, _ = layer(tgt, src, src, key_padding_mask=src_padding)
+        with torch.autocast(device, dtype=torch.bfloat16):
+            out, _ = layer(tgt.bfloat16(), src.bfloat16(), src.bfloat16(), key_padding_mask=src_padding)
+    assert layer.q_proj.weight.dtype == torch.float32 and out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), expected, atol=0.1, rtol=0.1)  # bfloat16 keeps ~3 digits
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_input_checks_add_no_host_sync(inputs):
+    """The dtype check compares metadata only: a forward pass never waits for the GPU."""
+    src, tgt, _ = (t.cuda() for t in inputs)
+    layer = MultiHeadAttention(D, H).cuda()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        layer(tgt, src, src)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")

@@ -28,7 +28,7 @@ def subsequent_mask(size: int, device=None) -> Tensor:
         raise ValueError(f"size must be a positive int (the sequence length), got {size!r}")
     return torch.triu(torch.ones(size, size, dtype=torch.bool, device=device), diagonal=1)  # (T, T)
 
-# %% ../notebooks/04_attention.ipynb #6daef18c
+# %% ../notebooks/04_attention.ipynb #a57c5a16
 def _check_bool_mask(name: str, mask: Tensor) -> None:
     if not isinstance(mask, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(mask).__name__}")
@@ -37,7 +37,7 @@ def _check_bool_mask(name: str, mask: Tensor) -> None:
                         f"{mask.dtype}. For an additive float mask use `{name} == float('-inf')`; for a "
                         f"0/1 mask, check which value means blocked and compare with it")
 
-
+# %% ../notebooks/04_attention.ipynb #e82b6df3
 def merge_masks(attn_mask: Tensor | None, key_padding_mask: Tensor | None,
                 batch_size: int, query_len: int, key_len: int) -> Tensor | None:
     """Combine an attention mask and a key padding mask into one boolean mask (True = blocked).
@@ -68,12 +68,12 @@ def merge_masks(attn_mask: Tensor | None, key_padding_mask: Tensor | None,
         mask = padding if mask is None else mask | padding      # (B, 1, Lq, Lk)
     return mask
 
-# %% ../notebooks/04_attention.ipynb #27f70dc9
+# %% ../notebooks/04_attention.ipynb #27e5fd17
 def _check_dropout(name: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
         raise ValueError(f"{name} must be a float in [0, 1), got {value!r}")
 
-
+# %% ../notebooks/04_attention.ipynb #f26e126e
 def _check_attention_inputs(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None,
                             dropout_p: float) -> None:
     if query.size(-1) != key.size(-1):
@@ -95,7 +95,7 @@ def _check_attention_inputs(query: Tensor, key: Tensor, value: Tensor, mask: Ten
             raise ValueError(f"mask must be broadcastable to the scores' shape (..., Lq, Lk) = "
                              f"{tuple(scores_shape)}, got {tuple(mask.shape)}")
 
-
+# %% ../notebooks/04_attention.ipynb #cb102fec
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None,
                                  dropout_p: float = 0.0, fused: bool = False) -> tuple[Tensor, Tensor | None]:
     """softmax(Q Kᵀ / √d_k) V, with blocked positions removed before the softmax (paper eq. 1).

@@ -19,21 +19,37 @@ def _cached_length(cache: dict | None) -> int:
         return 0
     return cache["self"]["k"].size(2)             # cached keys: (B, H, T_past, d_k)
 
+
+def _layer_caches(cache: dict | None) -> tuple[dict | None, dict | None]:
+    """A layer's cache split into its self-attention and cross-attention parts (created when empty)."""
+    return (None, None) if cache is None else (cache.setdefault("self", {}), cache.setdefault("cross", {}))
+
+
+def _check_decoder_inputs(d_model: int, tgt: Tensor, memory: Tensor, tgt_mask: Tensor | None,
+                          memory_mask: Tensor | None, tgt_key_padding_mask: Tensor | None,
+                          memory_key_padding_mask: Tensor | None, cache: dict | None) -> None:
+    """Raise, before any matmul, if a decoder layer's states, masks or cache do not fit together."""
+    _check_states("tgt", tgt, d_model)
+    _check_states("memory", memory, d_model)
+    if tgt.size(0) != memory.size(0):
+        raise ValueError(f"tgt and memory must have the same batch size, got {tgt.size(0)} and {memory.size(0)}")
+    if cache is not None and not isinstance(cache, dict):
+        raise TypeError(f"cache must be a dict (one per layer, see Transformer.new_cache()), "
+                        f"got {type(cache).__name__}")
+    B, T, S = tgt.size(0), tgt.size(1), memory.size(1)
+    # With a cache, the self-attention keys are the cached positions plus the new ones.
+    _check_masks("tgt_mask", tgt_mask, "tgt_key_padding_mask", tgt_key_padding_mask, B, T, _cached_length(cache) + T)
+    _check_masks("memory_mask", memory_mask, "memory_key_padding_mask", memory_key_padding_mask, B, T, S)
+
 # %% ../notebooks/08_decoder.ipynb #99d50300
 class DecoderLayer(nn.Module):
     """Masked self-attention, cross-attention (queries from the decoder, keys and values from the
-    memory), then feed-forward; each in a residual connection with LayerNorm (paper §3.1).
+    encoder's memory, §3.2.3), then feed-forward; each in a residual connection with LayerNorm
+    (§3.1). Arguments as `EncoderLayer`; `cache` is this layer's dict from `Transformer.new_cache()`.
 
-    Args:
-        d_model, n_heads, d_ff, dropout, norm_first, layer_norm_eps, fused_attention: as `EncoderLayer`.
-
-    Shape:
-        tgt: (B, T, D); memory: (B, S, D); output: (B, T, D).
-        tgt_mask: (T, T) or (B, T, T) bool, True = may not attend (usually `subsequent_mask(T)`);
-        memory_mask: (T, S) or (B, T, S) bool; tgt_key_padding_mask: (B, T) bool, True = padding;
-        memory_key_padding_mask: (B, S) bool, True = padding.
-        With a filled cache holding T_past positions, the self-attention keys are T_past + T long:
-        tgt_mask is (T, T_past + T) and tgt_key_padding_mask (B, T_past + T).
+    Shape: tgt (B, T, D), memory (B, S, D) -> (B, T, D). Bool masks (True = may not attend) as in
+        `nn.TransformerDecoderLayer`: tgt_mask (T, T), usually `subsequent_mask(T)`; memory_mask (T, S);
+        padding masks (B, T) and (B, S); with a cache of T_past positions, keys are T_past + T long.
     """
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, norm_first: bool = False,
@@ -46,42 +62,24 @@ class DecoderLayer(nn.Module):
         self.sublayers = nn.ModuleList(   # [0] self-attention, [1] cross-attention, [2] feed-forward
             SublayerConnection(d_model, dropout, norm_first, layer_norm_eps) for _ in range(3))
 
-    def _sa_block(self, x: Tensor, tgt_mask: Tensor | None, tgt_key_padding_mask: Tensor | None,
-                  cache: dict | None) -> Tensor:
+    def _sa_block(self, x: Tensor, tgt_mask, tgt_key_padding_mask, cache: dict | None) -> Tensor:
         return self.self_attn(x, x, x, attn_mask=tgt_mask, key_padding_mask=tgt_key_padding_mask, cache=cache)[0]
 
-    def _mha_block(self, x: Tensor, memory: Tensor, memory_mask: Tensor | None,
-                   memory_key_padding_mask: Tensor | None, cache: dict | None) -> Tensor:
-        # Queries from the decoder (x), keys and values from the encoder's memory (§3.2.3).
+    def _mha_block(self, x: Tensor, memory: Tensor, memory_mask, memory_key_padding_mask, cache) -> Tensor:
         return self.cross_attn(x, memory, memory, attn_mask=memory_mask, key_padding_mask=memory_key_padding_mask,
                                cache=cache, static_kv=True)[0]
 
     def _ff_block(self, x: Tensor) -> Tensor:
         return self.feed_forward(x)
 
-    def forward(self, tgt: Tensor, memory: Tensor, tgt_mask: Tensor | None = None,
-                memory_mask: Tensor | None = None, tgt_key_padding_mask: Tensor | None = None,
-                memory_key_padding_mask: Tensor | None = None, cache: dict | None = None) -> Tensor:
-        """`cache` (incremental decoding): this layer's dict from `Transformer.new_cache()`; the layer
-        stores its self-attention keys/values (growing) and cross-attention keys/values (computed once)."""
-        _check_states("tgt", tgt, self.d_model)
-        _check_states("memory", memory, self.d_model)
-        if tgt.size(0) != memory.size(0):
-            raise ValueError(f"tgt and memory must have the same batch size, got {tgt.size(0)} and {memory.size(0)}")
-        if cache is not None and not isinstance(cache, dict):
-            raise TypeError(f"cache must be a dict (one per layer, see Transformer.new_cache()), "
-                            f"got {type(cache).__name__}")
-        B, T, S = tgt.size(0), tgt.size(1), memory.size(1)
-        # With a cache, the self-attention keys are the cached positions plus the new ones.
-        _check_masks("tgt_mask", tgt_mask, "tgt_key_padding_mask", tgt_key_padding_mask,
-                     B, T, _cached_length(cache) + T)
-        _check_masks("memory_mask", memory_mask, "memory_key_padding_mask", memory_key_padding_mask, B, T, S)
-        self_cache = cross_cache = None
-        if cache is not None:
-            self_cache, cross_cache = cache.setdefault("self", {}), cache.setdefault("cross", {})
+    def forward(self, tgt: Tensor, memory: Tensor, tgt_mask: Tensor | None = None, memory_mask: Tensor | None = None,
+                tgt_key_padding_mask: Tensor | None = None, memory_key_padding_mask: Tensor | None = None,
+                cache: dict | None = None) -> Tensor:
+        _check_decoder_inputs(self.d_model, tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask,
+                              memory_key_padding_mask, cache)
+        self_cache, cross_cache = _layer_caches(cache)
         x = self.sublayers[0](tgt, lambda x: self._sa_block(x, tgt_mask, tgt_key_padding_mask, self_cache))
-        x = self.sublayers[1](x, lambda x: self._mha_block(x, memory, memory_mask, memory_key_padding_mask,
-                                                           cross_cache))
+        x = self.sublayers[1](x, lambda x: self._mha_block(x, memory, memory_mask, memory_key_padding_mask, cross_cache))
         return self.sublayers[2](x, self._ff_block)
 
 # %% ../notebooks/08_decoder.ipynb #efd0b0b5

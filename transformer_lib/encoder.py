@@ -47,12 +47,10 @@ class EncoderLayer(nn.Module):
     """Self-attention then feed-forward, each in a residual connection with LayerNorm (paper §3.1).
 
     Args:
-        d_model: D, the width of every position's vector.
-        n_heads: H, attention heads; D must be divisible by H.
+        d_model, n_heads: D, the width of every position's vector, and H, attention heads (H divides D).
         d_ff: hidden width of the feed-forward network (2048 in the paper).
         dropout: on the attention weights, the feed-forward hidden layer and each sublayer output.
-        norm_first: False = post-LN, LayerNorm(x + Sublayer(x)), the paper;
-            True = pre-LN, x + Sublayer(LayerNorm(x)).
+        norm_first: False = post-LN, LayerNorm(x + Sublayer(x)), the paper; True = pre-LN, x + Sublayer(LayerNorm(x)).
         layer_norm_eps: epsilon of the two LayerNorms.
         fused_attention: compute attention with `F.scaled_dot_product_attention` (same result, faster).
 

@@ -29,96 +29,106 @@ def merge_heads(x: Tensor) -> Tensor:
     B, H, L, d_k = x.shape
     return x.transpose(1, 2).reshape(B, L, H * d_k)  # (B, L, H, d_k) -> (B, L, D)
 
-# %% ../notebooks/05_multihead_attention.ipynb #3b9f47a6
+# %% ../notebooks/05_multihead_attention.ipynb #7df8fe1b
+def _check_sizes(d_model, n_heads, dropout) -> None:
+    for name, value in (("d_model", d_model), ("n_heads", n_heads)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if d_model % n_heads:
+        raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}; "
+                         f"choose n_heads among the divisors of d_model")
+    _check_dropout("dropout", dropout)
+
+# %% ../notebooks/05_multihead_attention.ipynb #bcb1b5e3
+_TO_METHOD = {torch.float64: "double", torch.float32: "float", torch.float16: "half", torch.bfloat16: "bfloat16"}
+
+
+def _autocast_enabled(device_type: str) -> bool:
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except TypeError:  # torch < 2.4 has no device argument
+        return torch.is_autocast_enabled() if device_type == "cuda" else torch.is_autocast_cpu_enabled()
+
+
+def _check_inputs(layer, query: Tensor, key: Tensor, value: Tensor) -> None:
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.dim() != 3 or x.size(-1) != layer.d_model:
+            raise ValueError(f"{name} must have shape (B, L, d_model={layer.d_model}), got {tuple(x.shape)}")
+    weight_dtype = layer.q_proj.weight.dtype
+    if not _autocast_enabled(query.device.type):
+        for name, x in (("query", query), ("key", key), ("value", value)):
+            if x.dtype != weight_dtype:
+                model_fix = f".{_TO_METHOD[x.dtype]}()" if x.dtype in _TO_METHOD else f".to({x.dtype})"
+                raise TypeError(f"{name} has dtype {x.dtype} but the layer's weights are {weight_dtype}; "
+                                f"convert with .to({weight_dtype}) or the model with {model_fix}")
+    if not (query.size(0) == key.size(0) == value.size(0)):
+        raise ValueError(f"query, key and value must have the same batch size B, got "
+                         f"{query.size(0)}, {key.size(0)} and {value.size(0)}")
+    if key.size(1) != value.size(1):
+        raise ValueError(f"key and value must have the same length Lk, got {key.size(1)} and {value.size(1)}")
+
+# %% ../notebooks/05_multihead_attention.ipynb #d4324c92
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1, ..., head_H) W^O, head_i = Attention(Q W^Q_i, K W^K_i, V W^V_i).
 
-    Args:
-        d_model: model width D.
-        n_heads: number of heads H; D must be divisible by H, and each head has d_k = D / H.
-        dropout: dropout on the attention weights, in training only.
-        bias: whether the four projections have biases.
-        fused: compute attention with `F.scaled_dot_product_attention` unless weights are asked for.
-    Shape:
-        query (B, Lq, D), key and value (B, Lk, D) -> output (B, Lq, D), weights (B, H, Lq, Lk) or None.
-        Self-attention has Lq = Lk (S or T); cross-attention has Lq = T, Lk = S.
+    Args: d_model D; n_heads H, a divisor of D (d_k = D / H); dropout on the attention weights (training
+    only); bias of the four projections; fused: `F.scaled_dot_product_attention` unless weights are asked.
+    forward: attn_mask (Lq, Lk) or (B, Lq, Lk) and key_padding_mask (B, Lk), bool, True = may not attend;
+    need_weights: also return the per-head weights; cache, static_kv: incremental decoding (notebook 05, §8).
+    Shape: query (B, Lq, D), key and value (B, Lk, D) -> output (B, Lq, D), weights (B, H, Lq, Lk) or None.
     """
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True, fused: bool = False):
         super().__init__()
-        for name, value in (("d_model", d_model), ("n_heads", n_heads)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if d_model % n_heads:
-            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}; "
-                             f"choose n_heads among the divisors of d_model")
-        _check_dropout("dropout", dropout)
+        _check_sizes(d_model, n_heads, dropout)
         self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
         self.dropout, self.fused = dropout, fused
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)   # W^Q of all heads; rows i*d_k.. are head i
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)   # W^K
         self.v_proj = nn.Linear(d_model, d_model, bias=bias)   # W^V
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W^O
-        self.keep_weights = False        # set True to keep the last weights in `last_weights` for plots
-        self.last_weights: Tensor | None = None
+        self.keep_weights, self.last_weights = False, None  # keep_weights=True: last weights kept for plots
 
     def forward(self, query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
                 key_padding_mask: Tensor | None = None, need_weights: bool = False,
                 cache: dict | None = None, static_kv: bool = False) -> tuple[Tensor, Tensor | None]:
-        """Attend from `query` to `key`/`value`; return (output, per-head weights or None).
-
-        Args:
-            attn_mask: (Lq, Lk) or (B, Lq, Lk) bool, True where a query may not attend to a key.
-            key_padding_mask: (B, Lk) bool, True where a key is padding.
-            need_weights: also return the weights (B, H, Lq, Lk); uses the explicit path.
-            cache: for incremental decoding, a dict this layer fills with its projected keys and
-                values, "k" and "v" of shape (B, H, L, d_k). With `static_kv=False` (self-attention)
-                each call appends the new positions, and Lk counts the cached ones; with
-                `static_kv=True` (cross-attention to a fixed memory) they are computed on the first
-                call and reused, and `key`/`value` are then ignored.
-        """
-        self._check_inputs(query, key, value, cache)
-        B, Lq, _ = query.shape
-        key_len = key.size(1)
-        if cache is not None and "k" in cache:
-            key_len = cache["k"].size(2) + (0 if static_kv else key.size(1))
-        mask = merge_masks(attn_mask, key_padding_mask, B, Lq, key_len)  # (B or 1, 1, Lq, Lk), checked
-        q = split_heads(self.q_proj(query), self.n_heads)            # (B, H, Lq, d_k)
-        k, v = self._keys_values(key, value, cache, static_kv)       # (B, H, Lk, d_k) each
-        want_weights = need_weights or self.keep_weights
-        out, weights = scaled_dot_product_attention(
+        _check_inputs(self, query, key, value)
+        key_len = key.size(1) if cache is None else _cache_key_len(cache, query, key, static_kv)  # §8
+        mask = merge_masks(attn_mask, key_padding_mask, query.size(0), query.size(1), key_len)  # checked
+        q = split_heads(self.q_proj(query), self.n_heads)                # (B, H, Lq, d_k)
+        k, v = ((split_heads(self.k_proj(key), self.n_heads), split_heads(self.v_proj(value), self.n_heads))
+                if cache is None else _cached_keys_values(self, key, value, cache, static_kv))  # (B, H, Lk, d_k)
+        out, weights = scaled_dot_product_attention(                    # (B, H, Lq, d_k), (B, H, Lq, Lk)
             q, k, v, mask, dropout_p=self.dropout if self.training else 0.0,
-            fused=self.fused and not want_weights)                   # (B, H, Lq, d_k)
+            fused=self.fused and not (need_weights or self.keep_weights))
         if self.keep_weights:
             self.last_weights = weights.detach()
         return self.out_proj(merge_heads(out)), (weights if need_weights else None)  # (B, Lq, D)
 
-    def _keys_values(self, key: Tensor, value: Tensor, cache: dict | None, static_kv: bool) -> tuple[Tensor, Tensor]:
-        if cache is not None and static_kv and "k" in cache:
-            return cache["k"], cache["v"]                            # the memory's, projected once
-        k = split_heads(self.k_proj(key), self.n_heads)              # (B, H, Lk_new, d_k)
-        v = split_heads(self.v_proj(value), self.n_heads)            # (B, H, Lk_new, d_k)
-        if cache is not None:
-            if not static_kv and "k" in cache:
-                k = torch.cat([cache["k"], k], dim=2)                # (B, H, L_past + Lk_new, d_k)
-                v = torch.cat([cache["v"], v], dim=2)                # (B, H, L_past + Lk_new, d_k)
-            cache["k"], cache["v"] = k, v
-        return k, v
-
-    def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor, cache: dict | None) -> None:
-        for name, x in (("query", query), ("key", key), ("value", value)):
-            if not isinstance(x, Tensor):
-                raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-            if x.dim() != 3 or x.size(-1) != self.d_model:
-                raise ValueError(f"{name} must have shape (B, L, d_model={self.d_model}), got {tuple(x.shape)}")
-        if not (query.size(0) == key.size(0) == value.size(0)):
-            raise ValueError(f"query, key and value must have the same batch size B, got "
-                             f"{query.size(0)}, {key.size(0)} and {value.size(0)}")
-        if key.size(1) != value.size(1):
-            raise ValueError(f"key and value must have the same length Lk, got {key.size(1)} and {value.size(1)}")
-        if cache is not None and "k" in cache and cache["k"].size(0) != query.size(0):
-            raise ValueError(f"the cache holds keys for batch size {cache['k'].size(0)} but query has batch "
-                             f"size {query.size(0)}; start a new cache (an empty dict) for a new batch")
-
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, n_heads={self.n_heads}, dropout={self.dropout}, fused={self.fused}"
+
+# %% ../notebooks/05_multihead_attention.ipynb #2e4bea30
+def _cache_key_len(cache: dict, query: Tensor, key: Tensor, static_kv: bool) -> int:
+    """Lk of a call with a cache: the cached positions, plus the new ones unless the keys are static."""
+    if "k" not in cache:
+        return key.size(1)
+    if cache["k"].size(0) != query.size(0):
+        raise ValueError(f"the cache holds keys for batch size {cache['k'].size(0)} but query has batch "
+                         f"size {query.size(0)}; start a new cache (an empty dict) for a new batch")
+    return cache["k"].size(2) + (0 if static_kv else key.size(1))
+
+
+def _cached_keys_values(layer, key: Tensor, value: Tensor, cache: dict, static_kv: bool) -> tuple[Tensor, Tensor]:
+    """Project only the new positions, store them in `cache`, return all keys and values (B, H, Lk, d_k)."""
+    if static_kv and "k" in cache:
+        return cache["k"], cache["v"]                                # the memory's, projected once
+    k = split_heads(layer.k_proj(key), layer.n_heads)                # (B, H, Lk_new, d_k)
+    v = split_heads(layer.v_proj(value), layer.n_heads)              # (B, H, Lk_new, d_k)
+    if not static_kv and "k" in cache:
+        k = torch.cat([cache["k"], k], dim=2)                        # (B, H, L_past + Lk_new, d_k)
+        v = torch.cat([cache["v"], v], dim=2)                        # (B, H, L_past + Lk_new, d_k)
+    cache["k"], cache["v"] = k, v
+    return k, v
