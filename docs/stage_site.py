@@ -1,0 +1,107 @@
+"""Stage the course website's sources: README as the front page, the notebooks, the solutions.
+
+Sphinx reads the staged folder (`build/site_src/` by default), never the repository itself, so
+the site can rewrite what only makes sense on GitHub without touching the committed files:
+
+- README.md becomes `index.md`, with a table of contents for the notebooks appended, and links
+  to README.md from a notebook go to that front page;
+- notebooks and solutions are copied as they are (stored outputs, no re-execution), except that
+  relative links to repository files that are not pages of the site (scripts, results, ...)
+  become links to those files on GitHub, so every internal link of the site resolves;
+- `images/` is copied so README's `images/x.png` and notebooks' figures resolve.
+
+Usage: python docs/stage_site.py [STAGING_DIR]
+"""
+
+import json
+import os
+import re
+import shutil
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOK_DIRS = ("notebooks", "solutions")
+# A Markdown link or image target: `](target)` or `](target "title")`.
+LINK = re.compile(r"\]\(\s*<?([^)\s>]+)>?((?:\s+\"[^\"]*\")?\s*)\)")
+
+
+def repository_url() -> str:
+    """The course's GitHub URL, from its one home: pyproject.toml `[project.urls] Repository`."""
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)["project"]["urls"]["Repository"].rstrip("/")
+
+
+def site_pages() -> list[str]:
+    """Repository-relative paths of the notebooks that become pages, in reading order."""
+    return [
+        p.relative_to(ROOT).as_posix()
+        for folder in NOTEBOOK_DIRS
+        for p in sorted((ROOT / folder).glob("[0-9][0-9]_*.ipynb"))
+    ]
+
+
+def rewrite_links(markdown: str, source: str, pages: set[str], repo: str) -> str:
+    """Point links to repository files that are not site pages or images at GitHub.
+
+    `source` is the repository-relative path of the file the Markdown comes from. Links to
+    pages, images, anchors and other sites are left alone; a link to a path that does not
+    exist is left alone too, so the Sphinx build and the site test report it.
+    """
+
+    def fix(match: re.Match) -> str:
+        target, title = match.group(1), match.group(2)
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I) or target.startswith("#"):
+            return match.group(0)
+        path, _, anchor = target.partition("#")
+        resolved = (ROOT / Path(source).parent / path).resolve()
+        try:
+            rel = resolved.relative_to(ROOT).as_posix()
+        except ValueError:
+            return match.group(0)
+        if rel in pages or rel.startswith("images/") or not resolved.exists():
+            return match.group(0)
+        if rel == "README.md":  # the site's front page
+            front = os.path.relpath("index.md", Path(source).parent)
+            return f"]({Path(front).as_posix()}{'#' + anchor if anchor else ''}{title})"
+        kind = "tree" if resolved.is_dir() else "blob"
+        url = f"{repo}/{kind}/main/{rel}" + (f"#{anchor}" if anchor else "")
+        return f"]({url}{title})"
+
+    return LINK.sub(fix, markdown)
+
+
+def toctree(caption: str, docs: list[str]) -> str:
+    entries = "\n".join(d.removesuffix(".ipynb") for d in docs)
+    return f"\n```{{toctree}}\n:hidden:\n:caption: {caption}\n\n{entries}\n```\n"
+
+
+def stage(dest: Path) -> None:
+    repo = repository_url()
+    pages = site_pages()
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    shutil.copytree(ROOT / "images", dest / "images")
+
+    for page in pages:
+        nb = json.loads((ROOT / page).read_text(encoding="utf-8"))
+        for cell in nb["cells"]:
+            if cell["cell_type"] == "markdown":
+                text = "".join(cell["source"])
+                cell["source"] = rewrite_links(text, page, set(pages), repo)
+        (dest / page).parent.mkdir(parents=True, exist_ok=True)
+        (dest / page).write_text(json.dumps(nb, ensure_ascii=False, indent=1), encoding="utf-8")
+
+    readme = rewrite_links((ROOT / "README.md").read_text(encoding="utf-8"), "README.md", set(pages), repo)
+    readme += toctree("Notebooks", [p for p in pages if p.startswith("notebooks/")])
+    solutions = [p for p in pages if p.startswith("solutions/")]
+    if solutions:
+        readme += toctree("Solutions to the exercises", solutions)
+    (dest / "index.md").write_text(readme, encoding="utf-8")
+    print(f"staged README + {len(pages)} notebooks into {dest}")
+
+
+if __name__ == "__main__":
+    stage(Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "build" / "site_src")
