@@ -97,7 +97,7 @@ def _noun_phrase(rng: random.Random, nouns: dict, adjective_probability: float =
                       definite=rng.random() < 0.5,
                       plural=rng.random() < 0.4)
 
-
+# %% ../notebooks/00_course_map.ipynb #c67dcd3a
 def generate_aligned_pair(rng: random.Random) -> tuple[str, str, list[tuple[int, int]]]:
     """One (English, Ordo) sentence pair drawn from the grammar, and its word alignment.
 
@@ -105,9 +105,8 @@ def generate_aligned_pair(rng: random.Random) -> tuple[str, str, list[tuple[int,
         rng: the random generator to draw from, e.g. `random.Random(0)`.
 
     Returns:
-        `(english, ordo, links)`: two space-separated sentences and the `(i, j)` pairs that link English
-        word `i` to Ordo word `j`. English "a"/"an"/"some" link to nothing; "will" and its verb both link
-        to the one Ordo verb.
+        `(english, ordo, links)`: two sentences and the `(i, j)` pairs linking English word `i` to Ordo word `j`;
+        "a"/"an"/"some" link to nothing, "will" and its verb both link to the one Ordo verb.
     """
     if not isinstance(rng, random.Random):
         raise TypeError(f"rng must be a random.Random (e.g. random.Random(0)), got {type(rng).__name__}")
@@ -139,7 +138,7 @@ def generate_aligned_pair(rng: random.Random) -> tuple[str, str, list[tuple[int,
              for j, (_, role_ordo) in enumerate(ordo) if role_en == role_ordo]
     return " ".join(word for word, _ in english), " ".join(word for word, _ in ordo), links
 
-
+# %% ../notebooks/00_course_map.ipynb #b3ed65dc
 def generate_pair(rng: random.Random) -> tuple[str, str]:
     """One (English, Ordo) sentence pair drawn from the grammar with `rng` (see `generate_aligned_pair`)."""
     english, ordo, _ = generate_aligned_pair(rng)

@@ -16,18 +16,37 @@ def _check_positive_int(name: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
 
+
+def _check_padding_idx(padding_idx, vocab_size: int) -> None:
+    if padding_idx is not None and (isinstance(padding_idx, bool) or not isinstance(padding_idx, int)
+                                    or not 0 <= padding_idx < vocab_size):
+        raise ValueError(f"padding_idx must be None or an int in [0, {vocab_size}), got {padding_idx!r}")
+
+
+def _check_token_ids(tokens, vocab_size: int) -> None:
+    """Integer ids in [0, vocab_size), or a TypeError / ValueError that says what to fix."""
+    if not isinstance(tokens, torch.Tensor):
+        raise TypeError(f"tokens must be a torch.Tensor of token ids, got {type(tokens).__name__}")
+    if tokens.dtype not in (torch.long, torch.int32):
+        raise TypeError(f"tokens must be an integer tensor (torch.long or torch.int32), got dtype "
+                        f"{tokens.dtype}; token ids are indices, convert with tokens.long()")
+    if tokens.numel() > 0:
+        lo, hi = int(tokens.min()), int(tokens.max())
+        if lo < 0 or hi >= vocab_size:
+            raise ValueError(
+                f"token ids must lie in [0, {vocab_size}) for vocab_size={vocab_size}, "
+                f"but got min id {lo} and max id {hi}; does the tokenizer's vocabulary match the model's?")
+
 # %% ../notebooks/02_embeddings.ipynb #b2f88fc5
 class TokenEmbedding(nn.Module):
-    """Token ids -> vectors scaled by sqrt(d_model) (paper §3.4).
-
-    Computes `embedding(tokens) * sqrt(d_model)`, with the table initialised as N(0, 1/d_model)
-    so that the scaled vectors have unit-variance entries, like the positional encodings they are
-    added to.
+    """Token ids -> `embedding(tokens) * sqrt(d_model)` (paper §3.4), the table drawn from N(0, 1/d_model)
+    so that the outputs have unit-variance entries, like the positional encodings they are added to.
 
     Args:
         vocab_size: V, the number of token ids; valid ids are 0 .. V-1.
         d_model: D, the size of each vector.
-        padding_idx: optional id of the padding token; its row starts at zero and gets no gradient.
+        padding_idx: optional id of the padding token; its row starts at zero and the lookup sends
+            it no gradient (a tied output layer still sends one: notebook 02, section 3).
 
     Shape:
         tokens: (B, L) integer ids (torch.long or torch.int32); any shape (*) works.
@@ -38,12 +57,8 @@ class TokenEmbedding(nn.Module):
         super().__init__()
         _check_positive_int("vocab_size", vocab_size)
         _check_positive_int("d_model", d_model)
-        if padding_idx is not None and (isinstance(padding_idx, bool) or not isinstance(padding_idx, int)
-                                        or not 0 <= padding_idx < vocab_size):
-            raise ValueError(f"padding_idx must be None or an int in [0, {vocab_size}), got {padding_idx!r}")
-        self.vocab_size = vocab_size
-        self.d_model = d_model
-        self.padding_idx = padding_idx
+        _check_padding_idx(padding_idx, vocab_size)
+        self.vocab_size, self.d_model, self.padding_idx = vocab_size, d_model, padding_idx
         self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)  # weight (V, D)
         self.reset_parameters()
 
@@ -56,17 +71,7 @@ class TokenEmbedding(nn.Module):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """Look up each id's row and multiply it by sqrt(d_model); ids are checked first."""
-        if not isinstance(tokens, torch.Tensor):
-            raise TypeError(f"tokens must be a torch.Tensor of token ids, got {type(tokens).__name__}")
-        if tokens.dtype not in (torch.long, torch.int32):
-            raise TypeError(f"tokens must be an integer tensor (torch.long or torch.int32), got dtype "
-                            f"{tokens.dtype}; token ids are indices, convert with tokens.long()")
-        if tokens.numel() > 0:
-            lo, hi = int(tokens.min()), int(tokens.max())
-            if lo < 0 or hi >= self.vocab_size:
-                raise ValueError(
-                    f"token ids must lie in [0, {self.vocab_size}) for vocab_size={self.vocab_size}, "
-                    f"but got min id {lo} and max id {hi}; does the tokenizer's vocabulary match the model's?")
+        _check_token_ids(tokens, self.vocab_size)
         return self.embedding(tokens) * math.sqrt(self.d_model)  # (*, D)
 
     def extra_repr(self) -> str:

@@ -16,7 +16,7 @@ def _check_positive_int(name: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
 
-
+# %% ../notebooks/03_positional_encoding.ipynb #6b26b7ef
 def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:
     """The sinusoidal position table of paper §3.5, as float32.
 
@@ -40,6 +40,27 @@ def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:
     table = torch.stack([angles.sin(), angles.cos()], dim=-1)                       # (max_len, D/2, 2)
     return table.reshape(max_len, d_model).float()                                  # (max_len, D): sin, cos, sin, ...
 
+# %% ../notebooks/03_positional_encoding.ipynb #db6819ec
+def _check_dropout(dropout) -> None:
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+        raise ValueError(f"dropout must be a probability in [0, 1), got {dropout!r}")
+
+
+def _check_positions(x: torch.Tensor, offset, d_model: int, max_len: int) -> None:
+    """x must be (B, L, d_model) and rows offset .. offset+L-1 must exist in a table of max_len rows."""
+    if x.dim() != 3 or x.size(-1) != d_model:
+        raise ValueError(f"x must have shape (B, L, {d_model}) (batch, length, d_model), got {tuple(x.shape)}")
+    if isinstance(offset, bool) or not isinstance(offset, int):
+        raise TypeError(f"offset must be an int, got {type(offset).__name__}")
+    if offset < 0:
+        raise ValueError(f"offset must be >= 0, got {offset}")
+    length = x.size(1)
+    if offset + length > max_len:
+        raise ValueError(
+            f"positions {offset} .. {offset + length - 1} (length {length}, offset {offset}) need a table "
+            f"of {offset + length} rows, but this PositionalEncoding has max_len={max_len}; "
+            f"build it with a larger max_len, e.g. PositionalEncoding({d_model}, max_len={offset + length})")
+
 # %% ../notebooks/03_positional_encoding.ipynb #7d61c8be
 class PositionalEncoding(nn.Module):
     """Adds the fixed sinusoidal position signal, then dropout (paper §3.5, §5.4).
@@ -60,8 +81,7 @@ class PositionalEncoding(nn.Module):
     def __init__(self, d_model: int, max_len: int = 5000, dropout: float = 0.1):
         super().__init__()
         _check_positive_int("max_len", max_len)
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
-            raise ValueError(f"dropout must be a probability in [0, 1), got {dropout!r}")
+        _check_dropout(dropout)
         self.d_model = d_model
         self.max_len = max_len
         self.register_buffer("pe", sinusoidal_table(max_len, d_model), persistent=False)  # (max_len, D)
@@ -69,20 +89,8 @@ class PositionalEncoding(nn.Module):
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """Add rows offset .. offset+L-1 of the table to x, then apply dropout."""
-        if x.dim() != 3 or x.size(-1) != self.d_model:
-            raise ValueError(f"x must have shape (B, L, {self.d_model}) (batch, length, d_model), "
-                             f"got {tuple(x.shape)}")
-        if isinstance(offset, bool) or not isinstance(offset, int):
-            raise TypeError(f"offset must be an int, got {type(offset).__name__}")
-        if offset < 0:
-            raise ValueError(f"offset must be >= 0, got {offset}")
+        _check_positions(x, offset, self.d_model, self.max_len)
         length = x.size(1)
-        if offset + length > self.max_len:
-            raise ValueError(
-                f"positions {offset} .. {offset + length - 1} (length {length}, offset {offset}) need a table "
-                f"of {offset + length} rows, but this PositionalEncoding has max_len={self.max_len}; "
-                f"build it with a larger max_len, e.g. PositionalEncoding({self.d_model}, "
-                f"max_len={offset + length})")
         # Cast so a half-precision x stays half (the buffer is float32 unless the module was converted).
         return self.dropout(x + self.pe[offset:offset + length].to(x.dtype))  # (L, D) broadcasts over B
 

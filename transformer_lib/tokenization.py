@@ -29,25 +29,57 @@ def _untrained_tokenizer() -> Tokenizer:
     tokenizer.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
     return tokenizer
 
-# %% ../notebooks/01_tokenization.ipynb #5f0bb80e
-class SubwordTokenizer:
-    """Text <-> token ids with a trained BPE model, one vocabulary shared by source and target.
+# %% ../notebooks/01_tokenization.ipynb #68c7e31b
+def _check_special_ids(tokenizer) -> None:
+    if not isinstance(tokenizer, Tokenizer):
+        raise TypeError(f"tokenizer must be a tokenizers.Tokenizer, got {type(tokenizer).__name__}")
+    for token_id, token in enumerate(SPECIAL_TOKENS):
+        if tokenizer.token_to_id(token) != token_id:
+            raise ValueError(f"the tokenizer must have {token!r} at id {token_id}, not at "
+                             f"{tokenizer.token_to_id(token)}; build it with train_bpe_tokenizer")
 
-    Ids 0-3 are always `<pad>`, `<s>`, `</s>`, `<unk>`. Build one with `train_bpe_tokenizer` or
-    `SubwordTokenizer.load`.
 
-    Args:
-        tokenizer: a trained `tokenizers.Tokenizer` whose first four tokens are `SPECIAL_TOKENS`.
-    """
+def _check_encode_args(texts, unknown: str) -> None:
+    if isinstance(texts, str) or not all(isinstance(text, str) for text in texts):
+        raise TypeError("texts must be a list of str; for a single text use encode()")
+    if unknown not in ("error", "replace"):
+        raise ValueError(f"unknown must be 'error' or 'replace', got {unknown!r}")
+    for text in texts:
+        if not text.strip():
+            raise ValueError(f"cannot encode {text!r}: it is empty or only whitespace")
+
+
+def _refuse_unknown(text: str, encoding, unk_id: int) -> None:
+    """Raise a ValueError naming the characters of `text` that the tokenizer could only map to <unk>."""
+    if unk_id in encoding.ids:
+        unseen = sorted({text[start:end] for token_id, (start, end) in zip(encoding.ids, encoding.offsets)
+                         if token_id == unk_id})
+        raise ValueError(f"{text!r} contains characters the tokenizer never saw in training: "
+                         f"{', '.join(map(repr, unseen))}. Pass unknown='replace' to map them to "
+                         "<unk>, or retrain the tokenizer on texts that contain them.")
+
+# %% ../notebooks/01_tokenization.ipynb #dd6f0f66
+def _id_list(ids, vocab_size: int) -> list[int]:
+    """A list or a 1-D integer tensor of ids -> a list of ints in [0, vocab_size), or a clear error."""
+    if isinstance(ids, torch.Tensor):
+        if ids.dim() != 1 or ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+            raise ValueError(f"ids must be a 1-D integer tensor, got shape {tuple(ids.shape)} and "
+                             f"dtype {ids.dtype}; decode a (B, L) batch with decode_batch")
+        ids = ids.tolist()
+    if isinstance(ids, str):
+        raise TypeError("ids must be a sequence of ints, got a str")
+    bad = [i for i in ids if isinstance(i, bool) or not isinstance(i, numbers.Integral) or not 0 <= i < vocab_size]
+    if bad:
+        raise ValueError(f"ids must be ints in [0, {vocab_size}); got {bad[:5]}")
+    return [int(i) for i in ids]
+
+# %% ../notebooks/01_tokenization.ipynb #d091cdbf
+class _BPEVocabulary:
+    """The vocabulary half of `SubwordTokenizer`: the wrapped `tokenizers.Tokenizer`, ids <-> tokens, files."""
     pad_id, bos_id, eos_id, unk_id = PAD_ID, BOS_ID, EOS_ID, UNK_ID
 
     def __init__(self, tokenizer: Tokenizer):
-        if not isinstance(tokenizer, Tokenizer):
-            raise TypeError(f"tokenizer must be a tokenizers.Tokenizer, got {type(tokenizer).__name__}")
-        for token_id, token in enumerate(SPECIAL_TOKENS):
-            if tokenizer.token_to_id(token) != token_id:
-                raise ValueError(f"the tokenizer must have {token!r} at id {token_id}, not at "
-                                 f"{tokenizer.token_to_id(token)}; build it with train_bpe_tokenizer")
+        _check_special_ids(tokenizer)
         tokenizer.encode_special_tokens = True  # "<s>" typed in a text is text; only encode() adds <s>
         self.tokenizer = tokenizer
 
@@ -57,74 +89,7 @@ class SubwordTokenizer:
         return self.tokenizer.get_vocab_size()
 
     def __repr__(self) -> str:
-        return f"SubwordTokenizer(vocab_size={self.vocab_size})"
-
-    def encode(self, text: str, add_special_tokens: bool = True, unknown: str = "error") -> list[int]:
-        """Token ids of `text`.
-
-        Args:
-            text: a non-empty string.
-            add_special_tokens: wrap the ids as `<s> ... </s>`.
-            unknown: what to do with characters never seen in training: "error" raises a ValueError
-                naming them, "replace" maps each to `<unk>`.
-        """
-        if not isinstance(text, str):
-            raise TypeError(f"text must be a str, got {type(text).__name__}")
-        return self.encode_batch([text], add_special_tokens, unknown)[0]
-
-    def encode_batch(self, texts: list[str], add_special_tokens: bool = True,
-                     unknown: str = "error") -> list[list[int]]:
-        """`encode` for many texts at once (the library encodes them in parallel); a list of id lists."""
-        if isinstance(texts, str) or not all(isinstance(text, str) for text in texts):
-            raise TypeError("texts must be a list of str; for a single text use encode()")
-        if unknown not in ("error", "replace"):
-            raise ValueError(f"unknown must be 'error' or 'replace', got {unknown!r}")
-        for text in texts:
-            if not text.strip():
-                raise ValueError(f"cannot encode {text!r}: it is empty or only whitespace")
-        encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
-        batch = []
-        for text, encoding in zip(texts, encodings):
-            ids = encoding.ids
-            if unknown == "error" and self.unk_id in ids:
-                unseen = sorted({text[start:end] for token_id, (start, end) in zip(ids, encoding.offsets)
-                                 if token_id == self.unk_id})
-                raise ValueError(f"{text!r} contains characters the tokenizer never saw in training: "
-                                 f"{', '.join(map(repr, unseen))}. Pass unknown='replace' to map them to "
-                                 "<unk>, or retrain the tokenizer on texts that contain them.")
-            batch.append([self.bos_id, *ids, self.eos_id] if add_special_tokens else ids)
-        return batch
-
-    def decode(self, ids: Sequence[int] | torch.Tensor, skip_special_tokens: bool = True) -> str:
-        """Text of a sequence of ids (a list or a 1-D tensor); special tokens are dropped by default."""
-        return self.tokenizer.decode(self._id_list(ids), skip_special_tokens=skip_special_tokens)
-
-    def decode_batch(self, batch: Sequence[Sequence[int]] | torch.Tensor,
-                     skip_special_tokens: bool = True) -> list[str]:
-        """Texts of a batch of id sequences; padding is a special token, so it is dropped.
-
-        Shape:
-            batch: a `(B, L)` tensor, or a list of B sequences of any lengths.
-        """
-        if isinstance(batch, torch.Tensor) and batch.dim() != 2:
-            raise ValueError(f"batch must be a (B, L) tensor, got shape {tuple(batch.shape)}")
-        rows = [self._id_list(row) for row in batch]  # a (B, L) tensor iterates over its B rows
-        return self.tokenizer.decode_batch(rows, skip_special_tokens=skip_special_tokens)
-
-    def _id_list(self, ids) -> list[int]:
-        if isinstance(ids, torch.Tensor):
-            if ids.dim() != 1 or ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
-                raise ValueError(f"ids must be a 1-D integer tensor, got shape {tuple(ids.shape)} and "
-                                 f"dtype {ids.dtype}; decode a (B, L) batch with decode_batch")
-            ids = ids.tolist()
-        if isinstance(ids, str):
-            raise TypeError("ids must be a sequence of ints, got a str")
-        ids = list(ids)
-        bad = [i for i in ids if isinstance(i, bool) or not isinstance(i, numbers.Integral)
-               or not 0 <= i < self.vocab_size]
-        if bad:
-            raise ValueError(f"ids must be ints in [0, {self.vocab_size}); got {bad[:5]}")
-        return [int(i) for i in ids]
+        return f"{type(self).__name__}(vocab_size={self.vocab_size})"
 
     def id_to_token(self, i: int) -> str:
         """The token with id `i`, e.g. `"▁mir"` (the `▁` marks the start of a word)."""
@@ -147,6 +112,44 @@ class SubwordTokenizer:
         if not Path(path).is_file():
             raise FileNotFoundError(f"no tokenizer file at {path}; write one with SubwordTokenizer.save")
         return cls(Tokenizer.from_file(str(path)))
+
+# %% ../notebooks/01_tokenization.ipynb #a325f420
+class SubwordTokenizer(_BPEVocabulary):
+    """Text <-> token ids with a trained BPE model, one vocabulary shared by source and target.
+
+    Ids 0-3 are always `<pad>`, `<s>`, `</s>`, `<unk>`. Build one with `train_bpe_tokenizer` or `load`.
+    Args: tokenizer: a trained `tokenizers.Tokenizer` whose first four tokens are `SPECIAL_TOKENS`.
+    """
+
+    def encode(self, text: str, add_special_tokens: bool = True, unknown: str = "error") -> list[int]:
+        """Token ids of a non-empty `text`, wrapped as `<s> ... </s>` if `add_special_tokens`. Characters never
+        seen in training raise a ValueError naming them (`unknown="error"`) or become `<unk>` ("replace")."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        return self.encode_batch([text], add_special_tokens, unknown)[0]
+
+    def encode_batch(self, texts: list[str], add_special_tokens: bool = True,
+                     unknown: str = "error") -> list[list[int]]:
+        """`encode` for many texts at once (the library encodes them in parallel); a list of id lists."""
+        _check_encode_args(texts, unknown)
+        encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        if unknown == "error":
+            for text, encoding in zip(texts, encodings):
+                _refuse_unknown(text, encoding, self.unk_id)
+        return [[self.bos_id, *e.ids, self.eos_id] if add_special_tokens else e.ids for e in encodings]
+
+    def decode(self, ids: Sequence[int] | torch.Tensor, skip_special_tokens: bool = True) -> str:
+        """Text of a sequence of ids (a list or a 1-D tensor); special tokens are dropped by default."""
+        return self.tokenizer.decode(_id_list(ids, self.vocab_size), skip_special_tokens=skip_special_tokens)
+
+    def decode_batch(self, batch: Sequence[Sequence[int]] | torch.Tensor,
+                     skip_special_tokens: bool = True) -> list[str]:
+        """Texts of a batch of id sequences; padding is a special token, so it is dropped.
+        Shape: batch: a `(B, L)` tensor, or a list of B sequences of any lengths."""
+        if isinstance(batch, torch.Tensor) and batch.dim() != 2:
+            raise ValueError(f"batch must be a (B, L) tensor, got shape {tuple(batch.shape)}")
+        rows = [_id_list(row, self.vocab_size) for row in batch]  # a (B, L) tensor iterates over its B rows
+        return self.tokenizer.decode_batch(rows, skip_special_tokens=skip_special_tokens)
 
 # %% ../notebooks/01_tokenization.ipynb #c4426696
 def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int = 1000, min_frequency: int = 2) -> SubwordTokenizer:

@@ -1,0 +1,110 @@
+"""Drawing helpers for the notebooks: the architecture diagram of notebook 00 and the word-alignment plot.
+
+Hand-written, not exported: these are matplotlib drawing code, not part of the Transformer, and a
+notebook cell full of box coordinates would bury the ideas it illustrates (house style: "drawing and
+plotting helpers live out of the way"). The notebooks call them and save the figures with
+`transformer_lib.course.save_figure`.
+"""
+import matplotlib.pyplot as plt
+from matplotlib.patches import FancyBboxPatch
+
+COLOURS = {"embed": "#f6c6c6", "attention": "#f9d9a6", "norm": "#fff3b0", "ffn": "#bfe0f5",
+           "output": "#d9c8ef", "stack": "#f2f2f2"}
+
+
+def box(ax, x, y, text, kind, width=3.2, height=0.55):
+    """A rounded box centred at (x, y); returns its top and bottom y for arrows."""
+    ax.add_patch(FancyBboxPatch((x - width / 2, y - height / 2), width, height,
+                                boxstyle="round,pad=0.02,rounding_size=0.12",
+                                facecolor=COLOURS[kind], edgecolor="black", linewidth=1))
+    ax.text(x, y, text, ha="center", va="center", fontsize=9)
+    return y + height / 2, y - height / 2
+
+
+def arrow(ax, start, end, colour="black"):
+    """An arrow from `start` to `end`, (x, y) points in data coordinates."""
+    ax.annotate("", xy=end, xytext=start,
+                arrowprops=dict(arrowstyle="-|>", color=colour, lw=1.2, shrinkA=0, shrinkB=0))
+
+
+def stack(ax, x, y_bottom, sublayers, label):
+    """Draw one encoder or decoder layer (a list of (text, kind)) with residual arrows; return box centres."""
+    step = 0.85
+    top = y_bottom + step * len(sublayers) + 0.1
+    ax.add_patch(FancyBboxPatch((x - 2.1, y_bottom - 0.1), 4.2, top - y_bottom + 0.15,
+                                boxstyle="round,pad=0.05,rounding_size=0.2",
+                                facecolor=COLOURS["stack"], edgecolor="grey", linewidth=1.2))
+    ax.text(x + (-2.45 if label == "encoder" else 2.45), (y_bottom + top) / 2, "N×",
+            ha="center", va="center", fontsize=14, fontweight="bold")
+    centres = [y_bottom + 0.4 + step * i for i in range(len(sublayers))]
+    for i, ((text, kind), y) in enumerate(zip(sublayers, centres)):
+        box(ax, x, y, text, kind)
+        if i > 0:
+            arrow(ax, (x, centres[i - 1] + 0.275), (x, y - 0.275))
+    # Residual connections: from below each sublayer around it into its Add & Norm.
+    side = x - 1.8 if label == "encoder" else x + 1.8
+    for i in range(0, len(sublayers), 2):
+        y_in, y_norm = centres[i] - 0.275 - 0.15, centres[i + 1]
+        ax.plot([x, side, side], [y_in, y_in, y_norm], color="grey", lw=1.2)
+        arrow(ax, (side, y_norm), (x + (-1.6 if label == "encoder" else 1.6), y_norm), colour="grey")
+    return centres
+
+
+def draw_architecture():
+    """The encoder-decoder Transformer of the paper's Figure 1, drawn box by box; returns the figure."""
+    fig, ax = plt.subplots(figsize=(10, 11))
+    enc_x, dec_x = 2.6, 7.6
+    # Inputs, embeddings, positional encodings.
+    for x, tokens in [(enc_x, "source tokens  (B, S)"), (dec_x, "target tokens, shifted right  (B, T)")]:
+        ax.text(x, 0.2, tokens, ha="center", va="center", fontsize=9, style="italic")
+        top, bottom = box(ax, x, 1.0, "embedding  × √D", "embed")
+        arrow(ax, (x, 0.4), (x, bottom))
+        ax.add_patch(plt.Circle((x, 1.85), 0.22, facecolor="white", edgecolor="black"))
+        ax.text(x, 1.85, "+", ha="center", va="center", fontsize=14)
+        ax.text(x + (-1.2 if x == enc_x else 1.25), 1.85, "positional\nencoding", ha="center",
+                va="center", fontsize=8)
+        arrow(ax, (x, top), (x, 1.63))
+        arrow(ax, (x, 2.07), (x, 2.825))
+    encoder = stack(ax, enc_x, 2.7, [("multi-head self-attention", "attention"), ("add & norm", "norm"),
+                                     ("feed-forward", "ffn"), ("add & norm", "norm")], "encoder")
+    decoder = stack(ax, dec_x, 2.7, [("masked multi-head self-attention", "attention"), ("add & norm", "norm"),
+                                     ("multi-head cross-attention", "attention"), ("add & norm", "norm"),
+                                     ("feed-forward", "ffn"), ("add & norm", "norm")], "decoder")
+    # The encoder's output (memory) feeds the keys and values of every decoder cross-attention.
+    memory_y = encoder[-1] + 1.0
+    arrow(ax, (enc_x, encoder[-1] + 0.275), (enc_x, memory_y - 0.2))
+    ax.text(enc_x, memory_y, "memory  (B, S, D)", ha="center", va="center", fontsize=9, style="italic")
+    ax.plot([enc_x + 1.05, 5.1, 5.1], [memory_y, memory_y, decoder[2]], color="black", lw=1.2)
+    arrow(ax, (5.1, decoder[2]), (dec_x - 1.6, decoder[2]))
+    ax.text(5.15, decoder[2] + 0.3, "keys, values", ha="left", va="bottom", fontsize=8)
+    ax.text(dec_x + 0.1, (decoder[1] + decoder[2]) / 2, "queries", ha="left", va="center", fontsize=8)
+    # Output head.
+    top, bottom = box(ax, dec_x, decoder[-1] + 1.1, "linear  D → V", "output")
+    arrow(ax, (dec_x, decoder[-1] + 0.275 + 0.13), (dec_x, bottom))
+    top2, bottom2 = box(ax, dec_x, decoder[-1] + 1.9, "softmax", "output")
+    arrow(ax, (dec_x, top), (dec_x, bottom2))
+    ax.text(dec_x, decoder[-1] + 2.65, "next-token probabilities  (B, T, V)", ha="center",
+            va="center", fontsize=9, style="italic")
+    arrow(ax, (dec_x, top2), (dec_x, decoder[-1] + 2.45))
+    ax.text(enc_x - 2.0, encoder[-1] + 0.55, "ENCODER", ha="left", fontsize=12, fontweight="bold")
+    ax.text(dec_x - 2.0, decoder[-1] + 0.55, "DECODER", ha="left", fontsize=12, fontweight="bold")
+    ax.set_xlim(0, 10.4)
+    ax.set_ylim(-0.2, 10.5)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    ax.set_title("The encoder-decoder Transformer (N = 6 layers per stack in the paper)")
+    return fig
+
+
+def plot_alignment(alignment, source_words: list[str], target_words: list[str],
+                   title: str = "Word alignment of one English → Ordo pair"):
+    """A (source, target) 0/1 alignment matrix as a labelled grey image; returns the figure."""
+    fig, ax = plt.subplots(figsize=(7, 6))
+    image = ax.imshow(alignment, cmap="Greys", vmin=0, vmax=1)
+    ax.set_xticks(range(len(target_words)), target_words, rotation=45, ha="right")
+    ax.set_yticks(range(len(source_words)), source_words)
+    ax.set_xlabel("Ordo word (target)")
+    ax.set_ylabel("English word (source)")
+    ax.set_title(title)
+    fig.colorbar(image, ax=ax, label="1 = words translate each other", shrink=0.7)
+    return fig
