@@ -5,6 +5,7 @@ arguments fail with clear messages."""
 import ast
 import math
 import pickle
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -329,6 +330,58 @@ def test_load_checkpoint_refuses_arbitrary_objects(tmp_path):
 def test_load_checkpoint_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="no checkpoint at"):
         load_checkpoint(tmp_path / "nothing.pt")
+
+
+@pytest.mark.parametrize("damage", ["empty", "half", "first 100 bytes", "last 10 bytes cut", "not a checkpoint"])
+def test_load_checkpoint_empty_or_truncated_names_the_file(tmp_path, damage):
+    """Issue 8: a damaged file gives one clear ValueError, not EOFError, KeyError or a zip error."""
+    trainer = toy_trainer(max_steps=2)
+    trainer.fit()
+    save_checkpoint(tmp_path / "good.pt", trainer.checkpoint())
+    data = (tmp_path / "good.pt").read_bytes()
+    damaged = {"empty": b"", "half": data[: len(data) // 2], "first 100 bytes": data[:100],
+               "last 10 bytes cut": data[:-10], "not a checkpoint": b"hello, world"}[damage]
+    path = tmp_path / "checkpoint.pt"
+    path.write_bytes(damaged)
+    with pytest.raises(ValueError, match=rf"checkpoint {re.escape(str(path))} is empty or truncated \(.+\); "
+                                         "delete it to start over or restore a copy"):
+        load_checkpoint(path)
+
+
+def test_load_checkpoint_into_a_model_that_does_not_fit_names_parameter_and_shapes(tmp_path):
+    path = tmp_path / "checkpoint.pt"
+    save_checkpoint(path, {"model": nn.Linear(4, 3).state_dict()})
+    with pytest.raises(ValueError, match=rf"checkpoint {re.escape(str(path))} does not fit the model: weight has "
+                                         r"shape \(3, 4\) in the checkpoint but \(5, 4\) in the model"):
+        load_checkpoint(path, model=nn.Linear(4, 5))
+    with pytest.raises(ValueError, match=r"does not fit the model: missing \['0.bias', '0.weight'\], unexpected "
+                                         r"\['bias', 'weight'\]"):
+        load_checkpoint(path, model=nn.Sequential(nn.Linear(4, 3)))
+    model = nn.Linear(4, 3)
+    checkpoint = load_checkpoint(path, model=model)
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, checkpoint["model"][name])
+
+
+def test_restore_into_a_model_that_does_not_fit_names_parameter_and_shapes():
+    trainer = toy_trainer(max_steps=2)
+    trainer.fit()
+    payload = trainer.checkpoint()
+    name, tensor = next(iter(payload["model"].items()))
+    payload["model"] = {**payload["model"], name: torch.zeros(tensor.shape[0] + 1, *tensor.shape[1:])}
+    with pytest.raises(ValueError, match=rf"{re.escape(name)} has shape .* in the checkpoint but "
+                                         rf"{re.escape(str(tuple(tensor.shape)))} in the model"):
+        toy_trainer(max_steps=4).restore(payload)
+
+
+def test_average_state_dicts_is_the_mean_and_keeps_integers_from_the_last():
+    a = {"w": torch.tensor([1.0, 3.0]), "n": torch.tensor(1)}
+    b = {"w": torch.tensor([3.0, 5.0]), "n": torch.tensor(7)}
+    averaged = training.average_state_dicts([a, b])
+    torch.testing.assert_close(averaged["w"], torch.tensor([2.0, 4.0]))
+    assert averaged["n"].item() == 7
+    with pytest.raises(ValueError, match="nothing to average"):
+        training.average_state_dicts([])
 
 
 def test_trainer_checkpoint_loads_with_weights_only(tmp_path):

@@ -20,7 +20,23 @@ from torch import Tensor
 
 from .corpus import load_builtin_corpus
 
-# %% ../notebooks/10_data_pipeline.ipynb #67a52257
+# %% ../notebooks/10_data_pipeline.ipynb #01696a08
+def _decode_line(path: Path, number: int, raw: bytes) -> str:
+    """Line `number` (from 1) of `path` as text; a ValueError names the file and line when it is no sentence."""
+    try:
+        line = raw.decode("utf-8").rstrip("\r")  # files written on Windows end lines with \r\n
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}, line {number}: bytes that are not UTF-8 ({error.reason} at byte "
+                         f"{error.start + 1} of the line); re-encode the file as UTF-8, e.g. with "
+                         "`iconv -f latin1 -t utf-8`") from None
+    if number == 1:
+        line = line.removeprefix("\ufeff")  # an invisible byte-order mark some editors write
+    if not line.strip():
+        raise ValueError(f"{path}, line {number}: empty line; every line must hold one sentence "
+                         "(an empty line often means the aligned files have slipped out of step)")
+    return line
+
+# %% ../notebooks/10_data_pipeline.ipynb #19078fcb
 def read_lines(path: str | os.PathLike) -> list[str]:
     """The lines of a UTF-8 text file, gzipped (name ending in .gz) or not, without their line endings.
 
@@ -43,21 +59,7 @@ def read_lines(path: str | os.PathLike) -> list[str]:
         raw_lines.pop()                      # the newline that ends the last line
     if not raw_lines:
         raise ValueError(f"{path}: the file is empty; it must hold one sentence per line")
-    lines = []
-    for number, raw in enumerate(raw_lines, start=1):
-        try:
-            line = raw.decode("utf-8").rstrip("\r")  # files written on Windows end lines with \r\n
-        except UnicodeDecodeError as error:
-            raise ValueError(f"{path}, line {number}: bytes that are not UTF-8 ({error.reason} at byte "
-                             f"{error.start + 1} of the line); re-encode the file as UTF-8, e.g. with "
-                             "`iconv -f latin1 -t utf-8`") from None
-        if number == 1:
-            line = line.removeprefix("\ufeff")  # an invisible byte-order mark some editors write
-        if not line.strip():
-            raise ValueError(f"{path}, line {number}: empty line; every line must hold one sentence "
-                             "(an empty line often means the aligned files have slipped out of step)")
-        lines.append(line)
-    return lines
+    return [_decode_line(path, number, raw) for number, raw in enumerate(raw_lines, start=1)]
 
 
 def read_parallel_files(src_path: str | os.PathLike, tgt_path: str | os.PathLike) -> list[tuple[str, str]]:
@@ -98,7 +100,7 @@ def pairs_from_hf_dataset(dataset, src_lang: str, tgt_lang: str) -> list[tuple[s
                          "pass the language codes that are its column names")
     return list(zip(dataset[src_lang], dataset[tgt_lang]))
 
-# %% ../notebooks/10_data_pipeline.ipynb #6e3cd321
+# %% ../notebooks/10_data_pipeline.ipynb #a25eb6bc
 MULTI30K_ENV = "MULTI30K_DIR"
 # Our split names -> the stems of Multi30k's task-1 files: train.de.gz, val.de.gz, test_2016_flickr.de.gz, ...
 MULTI30K_SPLITS = {"train": "train", "valid": "val", "test_2016": "test_2016_flickr", "test_2017": "test_2017_flickr"}
@@ -114,7 +116,7 @@ def multi30k_dir(data_dir: str | os.PathLike | None = None) -> Path | None:
     chosen = data_dir or os.environ.get(MULTI30K_ENV)
     return Path(chosen) if chosen else None
 
-
+# %% ../notebooks/10_data_pipeline.ipynb #8434e853
 def load_pairs(name: str, split: str, src_lang: str | None = None, tgt_lang: str | None = None,
                data_dir: str | os.PathLike | None = None, limit: int | None = None) -> list[tuple[str, str]]:
     """(source, target) sentence pairs of one split of a named corpus.
@@ -150,7 +152,7 @@ def load_pairs(name: str, split: str, src_lang: str | None = None, tgt_lang: str
         raise ValueError(f"unknown corpus {name!r}; choose 'builtin', 'multi30k' or 'opus_books'")
     return pairs[:limit] if limit is not None else pairs
 
-
+# %% ../notebooks/10_data_pipeline.ipynb #497166d9
 def _multi30k_file(folder: Path, split: str, lang: str) -> Path:
     """The local file of one Multi30k split and language, gzipped or plain."""
     if not folder.is_dir():
@@ -180,7 +182,7 @@ def _load_from_hub(name: str, split: str, src_lang: str, tgt_lang: str) -> list[
         dataset = datasets.load_dataset(HUB_DATASETS[name], split=hub_split)
     return pairs_from_hf_dataset(dataset, src_lang, tgt_lang)
 
-# %% ../notebooks/10_data_pipeline.ipynb #87621e81
+# %% ../notebooks/10_data_pipeline.ipynb #2324aff7
 def pad_sequences(sequences: list[list[int]], pad_id: int) -> Tensor:
     """Right-pad lists of token ids to the length L of the longest, as one LongTensor.
 
@@ -196,6 +198,16 @@ def pad_sequences(sequences: list[list[int]], pad_id: int) -> Tensor:
     return out
 
 
+def _check_examples(examples: list[tuple[list[int], list[int]]]) -> None:
+    """ValueError unless there is an example and each has a source and a target of 2 ids or more."""
+    if not examples:
+        raise ValueError("a batch needs at least one example")
+    for i, (src, tgt) in enumerate(examples):
+        if len(src) < 1 or len(tgt) < 2:
+            raise ValueError(f"example {i} has {len(src)} source and {len(tgt)} target ids; a source needs "
+                             "at least 1 and a target at least 2 (<s> and </s>)")
+
+# %% ../notebooks/10_data_pipeline.ipynb #a3cdf641
 @dataclass
 class Batch:
     """One batch of padded token ids and the padding masks built from them.
@@ -217,12 +229,7 @@ class Batch:
     @classmethod
     def from_examples(cls, examples: list[tuple[list[int], list[int]]], pad_id: int) -> "Batch":
         """Pad (source ids, target ids) pairs; each target must be `<s> y1 .. yn </s>` (2 ids or more)."""
-        if not examples:
-            raise ValueError("a batch needs at least one example")
-        for i, (src, tgt) in enumerate(examples):
-            if len(src) < 1 or len(tgt) < 2:
-                raise ValueError(f"example {i} has {len(src)} source and {len(tgt)} target ids; a source needs "
-                                 "at least 1 and a target at least 2 (<s> and </s>)")
+        _check_examples(examples)
         src = pad_sequences([s for s, _ in examples], pad_id)  # (B, S)
         tgt = pad_sequences([t for _, t in examples], pad_id)  # (B, T + 1)
         tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]              # (B, T) each: shifted by one position
@@ -235,11 +242,10 @@ class Batch:
 
     def to(self, device) -> "Batch":
         """The same batch with every tensor on `device`."""
-        return Batch(*(t.to(device, non_blocking=True) for t in (self.src, self.tgt_in, self.tgt_out,
-                                                                   self.src_key_padding_mask,
-                                                                   self.tgt_key_padding_mask)), self.pad_id)
+        tensors = (self.src, self.tgt_in, self.tgt_out, self.src_key_padding_mask, self.tgt_key_padding_mask)
+        return Batch(*(t.to(device, non_blocking=True) for t in tensors), self.pad_id)
 
-# %% ../notebooks/10_data_pipeline.ipynb #48d57a5e
+# %% ../notebooks/10_data_pipeline.ipynb #1d870d84
 def _check_lengths(lengths: list[tuple[int, int]], max_tokens: int) -> None:
     """ValueError unless `max_tokens` is a positive int and every example fits in a batch of its own."""
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
@@ -250,9 +256,14 @@ def _check_lengths(lengths: list[tuple[int, int]], max_tokens: int) -> None:
                              "raise max_tokens or drop long examples (TranslationData's max_len)")
 
 
+def _mean_length(lengths: list[tuple[int, int]]) -> int:
+    return round(sum(max(s, t) for s, t in lengths) / max(1, len(lengths)))
+
+# %% ../notebooks/10_data_pipeline.ipynb #c71df174
 def token_batches(lengths: list[tuple[int, int]], max_tokens: int, shuffle: bool = True, seed: int = 0,
                   bucket: bool = True, bucket_size: int = 100) -> list[list[int]]:
-    """Group example indices into batches of at most `max_tokens` padded tokens (source or target).
+    """Group example indices into batches of at most `max_tokens` padded tokens (source or target);
+    each index appears in exactly one batch.
 
     With `bucket`, examples are sorted by length inside pools of `bucket_size` batches' worth, so
     a batch holds sentences of similar length and little padding; batch order is then shuffled.
@@ -263,9 +274,6 @@ def token_batches(lengths: list[tuple[int, int]], max_tokens: int, shuffle: bool
         max_tokens: the largest padded batch, B * longest, on either side.
         shuffle: shuffle examples (and, with `bucket`, batches) with `random.Random(seed)`.
         bucket_size: the pool size, in batches' worth of examples (at the mean length).
-
-    Returns:
-        Lists of example indices; each index appears in exactly one batch.
     """
     _check_lengths(lengths, max_tokens)
     if isinstance(bucket_size, bool) or not isinstance(bucket_size, int) or bucket_size < 1:
@@ -292,11 +300,7 @@ def token_batches(lengths: list[tuple[int, int]], max_tokens: int, shuffle: bool
         rng.shuffle(batches)
     return batches
 
-
-def _mean_length(lengths: list[tuple[int, int]]) -> int:
-    return round(sum(max(s, t) for s, t in lengths) / max(1, len(lengths)))
-
-
+# %% ../notebooks/10_data_pipeline.ipynb #24b7b406
 def padding_fraction(lengths: list[tuple[int, int]], batches: list[list[int]]) -> float:
     """The share of padded (wasted) positions, source and target together, in a batching (0.0 if empty)."""
     real = padded = 0

@@ -4,10 +4,11 @@
 
 # %% auto #0
 __all__ = ['LabelSmoothingLoss', 'noam_lr', 'make_optimizer', 'translation_loss', 'TrainState', 'save_checkpoint',
-           'load_checkpoint', 'Trainer', 'checkpoint_callback', 'WeightAverager']
+           'load_checkpoint', 'load_weights', 'Trainer', 'checkpoint_callback', 'average_state_dicts', 'WeightAverager']
 
-# %% ../notebooks/11_training.ipynb #ca7aba16
+# %% ../notebooks/11_training.ipynb #fd59928e
 import os
+import pickle
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -95,139 +96,34 @@ def translation_loss(model: nn.Module, batch, criterion: nn.Module) -> tuple[Ten
     correct = ((logits.argmax(-1) == batch.tgt_out) & real).sum()
     return loss, {"tokens": int(real.sum()), "correct": int(correct)}
 
-# %% ../notebooks/11_training.ipynb #b81764a6
-@dataclass
-class TrainState:
-    """Where training stands; saved in every checkpoint so a run resumes where it stopped."""
-    step: int = 0                 # optimizer updates done
-    epoch: int = 0
-    batch_in_epoch: int = 0       # batches of `epoch` already used
-    elapsed: float = 0.0          # seconds spent in training steps, over all runs
-    history: list = field(default_factory=list)   # per logged step: step, loss, accuracy, tokens, lr, elapsed
+# %% ../notebooks/11_training.ipynb #a7d6b8d4
+def _check_trainer_args(max_steps, time_budget_s, amp_dtype, grad_clip, log_every) -> None:
+    """ValueError for Trainer settings it cannot run with."""
+    if max_steps is None and time_budget_s is None:
+        raise ValueError("give max_steps or time_budget_s (or both), or training never stops")
+    if max_steps is not None and max_steps < 0:
+        raise ValueError(f"max_steps must be >= 0, got {max_steps}")
+    if amp_dtype not in (None, "bf16", "fp16"):
+        raise ValueError(f"amp_dtype must be None, 'bf16' or 'fp16', got {amp_dtype!r}")
+    if grad_clip is not None and not grad_clip > 0:
+        raise ValueError(f"grad_clip must be a positive norm, or None to turn clipping off; got {grad_clip}")
+    if not isinstance(log_every, int) or log_every < 1:
+        raise ValueError(f"log_every must be a positive int, got {log_every!r}")
 
 
-def save_checkpoint(path: str | os.PathLike, payload: dict) -> None:
-    """torch.save to a temporary file, then rename it onto `path`: a crash at any moment leaves the
-    old checkpoint or the new one, never a half-written file (and no temporary file on error)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "wb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())          # the bytes are on disk before the rename makes them visible
-        os.replace(tmp, path)             # atomic within one file system
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+def _autocast_dtype(amp_dtype: str | None, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype for `amp_dtype` on `device`: bf16 on CUDA and CPU, fp16 on CUDA; else None (off)."""
+    use_amp = amp_dtype is not None and (device.type == "cuda" or (amp_dtype == "bf16" and device.type == "cpu"))
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(amp_dtype) if use_amp else None
 
 
-def load_checkpoint(path: str | os.PathLike, map_location="cpu") -> dict:
-    """Load a checkpoint safely: tensors and plain Python values only (`weights_only=True`), so a
-    file from elsewhere cannot run code while unpickling."""
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"no checkpoint at {path}")
-    return torch.load(path, map_location=map_location, weights_only=True)
-
-# %% ../notebooks/11_training.ipynb #408f21b7
 def _empty_window() -> dict:
+    """Sums over the steps since the last log."""
     return {"loss": 0.0, "tokens": 0, "correct": 0, "batches": 0}
 
-
-class Trainer:
-    """Runs optimisation steps over batches until `max_steps` or `time_budget_s`, with callbacks
-    and exactly resumable checkpoints. Knows nothing about the model: it calls `loss_fn`.
-
-    Args:
-        model: any nn.Module, already on `device`; only `loss_fn` touches it.
-        loss_fn: (model, batch) -> (scalar loss, stats dict); stats "tokens" and "correct" (if
-            present) give the logged token accuracy.
-        optimizer, scheduler: e.g. from `make_optimizer`; the scheduler steps once per update.
-        batches_for_epoch: epoch number -> list of batches (each with `.to(device)`); must be
-            deterministic so that a resumed run sees the same batches.
-        device: where batches are moved.
-        max_steps, time_budget_s: stop after this many updates / seconds of training steps (at least one).
-        grad_clip: clip the global gradient norm to this value; None turns clipping off.
-        amp_dtype: None, "bf16" (autocast on CUDA and CPU) or "fp16" (CUDA only); off on other devices.
-        log_every: append the mean loss and accuracy to `state.history` every this many steps.
-        progress: show a tqdm progress bar.
-
-    Callbacks: `add_callback(event, fn)` with event in {"on_batch_end", "on_log", "on_epoch_end",
-    "on_train_end"}; `fn(trainer)` can read `trainer.state`, `trainer.last_loss`,
-    `trainer.last_grad_norm`, `trainer.model`, ...; an exception raised there stops `fit`.
-    """
-
-    EVENTS = ("on_batch_end", "on_log", "on_epoch_end", "on_train_end")
-
-    def __init__(self, model: nn.Module, loss_fn: Callable, optimizer: torch.optim.Optimizer,
-                 batches_for_epoch: Callable[[int], list], scheduler=None, device="cpu",
-                 max_steps: int | None = None, time_budget_s: float | None = None, grad_clip: float | None = 1.0,
-                 amp_dtype: str | None = None, log_every: int = 10, progress: bool = True):
-        if max_steps is None and time_budget_s is None:
-            raise ValueError("give max_steps or time_budget_s (or both), or training never stops")
-        if max_steps is not None and max_steps < 0:
-            raise ValueError(f"max_steps must be >= 0, got {max_steps}")
-        if amp_dtype not in (None, "bf16", "fp16"):
-            raise ValueError(f"amp_dtype must be None, 'bf16' or 'fp16', got {amp_dtype!r}")
-        if grad_clip is not None and not grad_clip > 0:
-            raise ValueError(f"grad_clip must be a positive norm, or None to turn clipping off; got {grad_clip}")
-        if not isinstance(log_every, int) or log_every < 1:
-            raise ValueError(f"log_every must be a positive int, got {log_every!r}")
-        self.model, self.loss_fn, self.optimizer, self.scheduler = model, loss_fn, optimizer, scheduler
-        self.batches_for_epoch, self.device = batches_for_epoch, torch.device(device)
-        self.max_steps, self.time_budget_s, self.grad_clip = max_steps, time_budget_s, grad_clip
-        self.log_every, self.progress = log_every, progress
-        use_amp = amp_dtype is not None and (self.device.type == "cuda"
-                                             or (amp_dtype == "bf16" and self.device.type == "cpu"))
-        self.autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(amp_dtype) if use_amp else None
-        self.scaler = torch.amp.GradScaler("cuda") if self.autocast_dtype == torch.float16 else None
-        self.state = TrainState()
-        self.callbacks = {event: [] for event in self.EVENTS}
-        self.last_loss = float("nan")
-        self.last_grad_norm: float | None = None      # before clipping; None when clipping is off
-        self._window = _empty_window()               # sums since the last log
-
-    def add_callback(self, event: str, fn: Callable[["Trainer"], None]) -> None:
-        """Call `fn(trainer)` at `event` (callbacks of one event run in the order they were added)."""
-        if event not in self.callbacks:
-            raise ValueError(f"unknown event {event!r}; choose from {self.EVENTS}")
-        self.callbacks[event].append(fn)
-
-    def _trigger(self, event: str) -> None:
-        for fn in self.callbacks[event]:
-            fn(self)
-
-    def checkpoint(self, extra: dict | None = None) -> dict:
-        """Everything needed to resume: weights, optimizer, schedule, progress and random state.
-        The weights are the live tensors, not copies: save the dict (`save_checkpoint`) right away."""
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict() if self.scheduler else None,
-                "scaler": self.scaler.state_dict() if self.scaler else None,
-                "state": {**vars(self.state), "history": [dict(h) for h in self.state.history]},
-                "log_window": dict(self._window), "torch_rng": torch.get_rng_state(),
-                "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-                "extra": extra or {}}
-
-    def restore(self, checkpoint: dict) -> None:
-        """Continue from `checkpoint` (a dict from `checkpoint()`, e.g. via `load_checkpoint`)."""
-        self.model.load_state_dict(checkpoint["model"])
-        self.optimizer.load_state_dict(checkpoint["optimizer"])
-        if self.scheduler and checkpoint["scheduler"]:
-            self.scheduler.load_state_dict(checkpoint["scheduler"])
-        if self.scaler and checkpoint["scaler"]:
-            self.scaler.load_state_dict(checkpoint["scaler"])
-        self.state = TrainState(**checkpoint["state"])
-        self._window = dict(checkpoint.get("log_window") or _empty_window())
-        # Generator states must be CPU byte tensors, even when map_location put the checkpoint on a GPU.
-        torch.set_rng_state(checkpoint["torch_rng"].cpu())
-        if torch.cuda.is_available() and checkpoint["cuda_rng"]:
-            torch.cuda.set_rng_state_all([state.cpu() for state in checkpoint["cuda_rng"]])
-
-    def _done(self) -> bool:
-        s = self.state
-        return ((self.max_steps is not None and s.step >= self.max_steps)
-                or (self.time_budget_s is not None and s.elapsed >= self.time_budget_s))
+# %% ../notebooks/11_training.ipynb #52bbcddf
+class _UpdateStep:
+    """Trainer, part 1: one optimisation step. Uses the attributes `Trainer.__init__` sets."""
 
     def train_step(self, batch) -> float:
         """One update on `batch` (already on the device): forward under autocast (if on), backward,
@@ -260,6 +156,37 @@ class Trainer:
         w["tokens"] += stats.get("tokens", 0); w["correct"] += stats.get("correct", 0)
         return loss.item()
 
+# %% ../notebooks/11_training.ipynb #71304d0d
+@dataclass
+class TrainState:
+    """Where training stands; saved in every checkpoint so a run resumes where it stopped."""
+    step: int = 0                 # optimizer updates done
+    epoch: int = 0
+    batch_in_epoch: int = 0       # batches of `epoch` already used
+    elapsed: float = 0.0          # seconds spent in training steps, over all runs
+    history: list = field(default_factory=list)   # per logged step: step, loss, accuracy, tokens, lr, elapsed
+
+
+class _Events:
+    """Trainer, part 2a: callbacks, stop conditions and logged means (uses what `Trainer.__init__` sets)."""
+
+    EVENTS = ("on_batch_end", "on_log", "on_epoch_end", "on_train_end")
+
+    def add_callback(self, event: str, fn: Callable) -> None:
+        """Call `fn(trainer)` at `event` (callbacks of one event run in the order they were added)."""
+        if event not in self.callbacks:
+            raise ValueError(f"unknown event {event!r}; choose from {self.EVENTS}")
+        self.callbacks[event].append(fn)
+
+    def _trigger(self, event: str) -> None:
+        for fn in self.callbacks[event]:
+            fn(self)
+
+    def _done(self) -> bool:
+        s = self.state
+        return ((self.max_steps is not None and s.step >= self.max_steps)
+                or (self.time_budget_s is not None and s.elapsed >= self.time_budget_s))
+
     def _log(self) -> None:
         w = self._window
         self.state.history.append({"step": self.state.step, "loss": w["loss"] / max(1, w["batches"]),
@@ -267,6 +194,10 @@ class Trainer:
                                    "lr": self.optimizer.param_groups[0]["lr"], "elapsed": self.state.elapsed})
         self._window = _empty_window()
         self._trigger("on_log")
+
+# %% ../notebooks/11_training.ipynb #ca348bc5
+class _TrainLoop(_Events):
+    """Trainer, part 2b: the loop over epochs and batches, with progress bar, logs and callbacks."""
 
     def fit(self) -> TrainState:
         """Train until a stop condition holds (continuing from `state` after `restore`); return the state."""
@@ -298,7 +229,125 @@ class Trainer:
         self._trigger("on_train_end")
         return self.state
 
+# %% ../notebooks/11_training.ipynb #3514a8b5
+def save_checkpoint(path: str | os.PathLike, payload: dict) -> None:
+    """torch.save to a temporary file, then rename it onto `path`: a crash at any moment leaves the
+    old checkpoint or the new one, never a half-written file (and no temporary file on error)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())          # the bytes are on disk before the rename makes them visible
+        os.replace(tmp, path)             # atomic within one file system
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
+# %% ../notebooks/11_training.ipynb #184e68d4
+def load_checkpoint(path: str | os.PathLike, map_location="cpu", model: nn.Module | None = None) -> dict:
+    """Load a checkpoint safely: tensors and plain Python values only (`weights_only=True`), so a
+    file from elsewhere cannot run code while unpickling. With `model`, also load its "model"
+    weights into `model`. ValueError for an empty or truncated file and for weights that do not fit."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    try:
+        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+    except (EOFError, KeyError, OSError, RuntimeError, pickle.UnpicklingError) as error:
+        # A damaged file surfaces as any of these; a missing permission (an OSError subclass) does not.
+        damaged = (isinstance(error, (EOFError, KeyError, pickle.UnpicklingError)) or type(error) is OSError
+                   or "PytorchStreamReader" in str(error))
+        if not damaged or "Weights only" in str(error):
+            raise                            # not a damaged file: a device problem, or objects we refuse
+        reason = f"{type(error).__name__}: {str(error).splitlines()[0][:80]}" if str(error) else type(error).__name__
+        raise ValueError(f"checkpoint {path} is empty or truncated ({reason}); delete it to start over or "
+                         "restore a copy") from None
+    if model is not None:
+        load_weights(model, checkpoint["model"], f"checkpoint {path}")
+    return checkpoint
+
+
+def load_weights(model: nn.Module, weights: dict, source: str = "the checkpoint") -> None:
+    """`model.load_state_dict(weights)`, with a ValueError naming the parameter (and both shapes)
+    when the weights come from a model built with other settings."""
+    own = model.state_dict()
+    missing, unexpected = sorted(set(own) - set(weights)), sorted(set(weights) - set(own))
+    if missing or unexpected:
+        raise ValueError(f"{source} does not fit the model: missing {missing[:3]}, unexpected {unexpected[:3]}; "
+                         "build the model with the settings it was trained with")
+    for name, tensor in weights.items():
+        if tensor.shape != own[name].shape:
+            raise ValueError(f"{source} does not fit the model: {name} has shape {tuple(tensor.shape)} in the "
+                             f"checkpoint but {tuple(own[name].shape)} in the model; build the model with the "
+                             "settings the checkpoint was trained with (its config.json), or start a new run")
+    model.load_state_dict(weights)
+
+# %% ../notebooks/11_training.ipynb #ec6379fb
+class _Checkpointing:
+    """Trainer, part 3: everything a run needs to resume, as one dict of tensors and plain values."""
+
+    def checkpoint(self, extra: dict | None = None) -> dict:
+        """Everything needed to resume: weights, optimizer, schedule, progress and random state.
+        The weights are the live tensors, not copies: save the dict (`save_checkpoint`) right away."""
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict() if self.scheduler else None,
+                "scaler": self.scaler.state_dict() if self.scaler else None,
+                "state": {**vars(self.state), "history": [dict(h) for h in self.state.history]},
+                "log_window": dict(self._window), "torch_rng": torch.get_rng_state(),
+                "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+                "extra": extra or {}}
+
+    def restore(self, checkpoint: dict) -> None:
+        """Continue from `checkpoint` (a dict from `checkpoint()`, e.g. via `load_checkpoint`)."""
+        load_weights(self.model, checkpoint["model"])
+        self.optimizer.load_state_dict(checkpoint["optimizer"])
+        if self.scheduler and checkpoint["scheduler"]:
+            self.scheduler.load_state_dict(checkpoint["scheduler"])
+        if self.scaler and checkpoint["scaler"]:
+            self.scaler.load_state_dict(checkpoint["scaler"])
+        self.state = TrainState(**checkpoint["state"])
+        self._window = dict(checkpoint.get("log_window") or _empty_window())
+        # Generator states must be CPU byte tensors, even when map_location put the checkpoint on a GPU.
+        torch.set_rng_state(checkpoint["torch_rng"].cpu())
+        if torch.cuda.is_available() and checkpoint["cuda_rng"]:
+            torch.cuda.set_rng_state_all([state.cpu() for state in checkpoint["cuda_rng"]])
+
+# %% ../notebooks/11_training.ipynb #12357eca
+class Trainer(_UpdateStep, _TrainLoop, _Checkpointing):
+    """Runs optimisation steps over batches until `max_steps` or `time_budget_s`, with callbacks
+    and exactly resumable checkpoints. Knows nothing about the model: it calls `loss_fn`.
+
+    Args:
+        model: any nn.Module, already on `device`; only `loss_fn` touches it.
+        loss_fn: (model, batch) -> (scalar loss, stats dict); stats "tokens" and "correct" (if
+            present) give the logged token accuracy.
+        optimizer, scheduler: e.g. from `make_optimizer`; the scheduler steps once per update.
+        batches_for_epoch: epoch -> list of batches (each with `.to(device)`); deterministic, so that
+            a resumed run sees the same batches.
+        max_steps, time_budget_s: stop after this many updates / seconds of training steps.
+        grad_clip: clip the global gradient norm to this value; None turns clipping off.
+        amp_dtype: None, "bf16" (autocast on CUDA and CPU) or "fp16" (CUDA only); off on other devices.
+        log_every: append the mean loss and accuracy to `state.history` every this many steps.
+    """
+
+    def __init__(self, model: nn.Module, loss_fn: Callable, optimizer: torch.optim.Optimizer,
+                 batches_for_epoch: Callable[[int], list], scheduler=None, device="cpu",
+                 max_steps: int | None = None, time_budget_s: float | None = None, grad_clip: float | None = 1.0,
+                 amp_dtype: str | None = None, log_every: int = 10, progress: bool = True):
+        _check_trainer_args(max_steps, time_budget_s, amp_dtype, grad_clip, log_every)
+        self.model, self.loss_fn, self.optimizer, self.scheduler = model, loss_fn, optimizer, scheduler
+        self.batches_for_epoch, self.device = batches_for_epoch, torch.device(device)
+        self.max_steps, self.time_budget_s, self.grad_clip = max_steps, time_budget_s, grad_clip
+        self.log_every, self.progress = log_every, progress        # progress: show a tqdm bar
+        self.autocast_dtype = _autocast_dtype(amp_dtype, self.device)
+        self.scaler = torch.amp.GradScaler("cuda") if self.autocast_dtype == torch.float16 else None
+        self.state, self.callbacks = TrainState(), {event: [] for event in self.EVENTS}
+        self.last_loss, self.last_grad_norm = float("nan"), None   # grad norm before clipping, if clipping
+        self._window = _empty_window()
+
+# %% ../notebooks/11_training.ipynb #b4c0db8b
 def checkpoint_callback(path: str | os.PathLike, every_steps: int, extra: dict | None = None) -> Callable:
     """An "on_batch_end" callback that writes a resumable checkpoint (atomically) every
     `every_steps` steps and at the last step."""
@@ -310,18 +359,21 @@ def checkpoint_callback(path: str | os.PathLike, every_steps: int, extra: dict |
             save_checkpoint(path, trainer.checkpoint(extra))
     return save
 
-# %% ../notebooks/11_training.ipynb #c3d2e4f5
+# %% ../notebooks/11_training.ipynb #3e6bb635
+def average_state_dicts(state_dicts: list[dict]) -> dict:
+    """The entry-by-entry mean of several state dicts of one model (e.g. the "model" entries of saved
+    checkpoints). Floating-point entries are averaged (in float32); others come from the last dict."""
+    if not state_dicts:
+        raise ValueError("nothing to average: give at least one state dict")
+    newest = state_dicts[-1]
+    return {name: torch.stack([weights[name].float() for weights in state_dicts]).mean(0).to(t.dtype)
+            if t.is_floating_point() else t.clone() for name, t in newest.items()}
+
+# %% ../notebooks/11_training.ipynb #7ddcdb2c
 class WeightAverager:
-    """The paper's checkpoint averaging (§6.1: "averaging the last 5 checkpoints"), in memory.
-
-    `attach(trainer)` registers it: every `every_steps` steps, and once more at the end of training,
-    it keeps a CPU copy of the model's state dict; only the latest `keep` copies are held.
-    `average()` returns their mean, ready for `model.load_state_dict`.
-
-    Args:
-        every_steps: steps between snapshots.
-        keep: how many of the latest snapshots to average (the paper: 5).
-    """
+    """The paper's checkpoint averaging (§6.1: "averaging the last 5 checkpoints"), in memory: attached
+    to a Trainer, it keeps a CPU copy of the weights every `every_steps` steps and at the end of
+    training, the latest `keep` of them; `average()` returns their mean, ready for `load_state_dict`."""
 
     def __init__(self, every_steps: int, keep: int = 5):
         for name, value in (("every_steps", every_steps), ("keep", keep)):
@@ -337,7 +389,6 @@ class WeightAverager:
 
     @property
     def steps(self) -> list[int]:
-        """The training steps at which the kept snapshots were taken."""
         return [step for step, _ in self.snapshots]
 
     def _snapshot(self, trainer: Trainer) -> None:
@@ -357,6 +408,4 @@ class WeightAverager:
         if not self.snapshots:
             raise ValueError("no snapshot to average yet: attach() the averager to a Trainer and run fit() "
                              f"for at least {self.every_steps} steps (or to its end)")
-        newest = self.snapshots[-1][1]
-        return {name: torch.stack([weights[name].float() for _, weights in self.snapshots]).mean(0).to(t.dtype)
-                if t.is_floating_point() else t.clone() for name, t in newest.items()}
+        return average_state_dicts([weights for _, weights in self.snapshots])
