@@ -276,3 +276,50 @@ def test_bad_padding_mask():
     src, mask = random_sources(11, [5, 3])
     with pytest.raises(ValueError, match="src_key_padding_mask must be None or a bool tensor"):
         greedy_decode(model, src, mask.long(), BOS, EOS)
+
+
+@pytest.mark.parametrize("decoder", DECODERS)
+def test_no_sentences_give_an_empty_result(decoder):
+    model = tiny_model()
+    src, mask = random_sources(11, [5, 3])
+    assert DECODERS[decoder](model, src[:0], mask[:0]) == []
+    assert DECODERS[decoder](model, src[:0], None, max_len=4) == []
+
+
+@pytest.mark.parametrize("decoder", DECODERS)
+@pytest.mark.parametrize("src_len,max_len", [(10, None), (10, 100), (32, None)])
+def test_length_limit_is_capped_at_the_models_max_len(decoder, src_len, max_len):
+    # A 10-token source would get 10 + 50 = 60 tokens, more than the 32 positions the model can encode.
+    torch.manual_seed(0)
+    model = Transformer(11, 11, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1,
+                        max_len=32, pad_id=PAD).eval()
+    bias = torch.zeros(11)
+    bias[EOS] = -100.0                                  # </s> never comes: every sentence runs to the limit
+    model.generator = Counting(model.generator, bias)
+    src, mask = random_sources(11, [src_len, 4])
+    for use_cache in (True, False):
+        outputs = DECODERS[decoder](model, src, mask, max_len=max_len, use_cache=use_cache)
+        assert [len(h) for h in outputs] == [32, 32]
+
+
+@pytest.mark.parametrize("decoder", DECODERS)
+def test_source_longer_than_max_len_is_refused_before_decoding(decoder):
+    torch.manual_seed(0)
+    model = Transformer(11, 11, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1,
+                        max_len=32, pad_id=PAD).eval()
+    model.generator = Counting(model.generator, torch.zeros(11))
+    src, mask = random_sources(11, [33, 5])
+    with pytest.raises(ValueError, match=r"source has 33 tokens but the model's max_len is 32; shorten it"):
+        DECODERS[decoder](model, src, mask)
+    assert model.generator.calls == 0, "the error must come before any decoding step"
+
+
+def test_a_505_token_source_decodes_on_a_max_len_512_model():
+    torch.manual_seed(0)
+    model = Transformer(11, 11, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1,
+                        max_len=512, pad_id=PAD).eval()
+    bias = torch.zeros(11)
+    bias[EOS] = -100.0
+    model.generator = Counting(model.generator, bias)
+    src, _ = random_sources(11, [505])
+    assert [len(h) for h in greedy(model, src, None)] == [512]

@@ -109,6 +109,21 @@ def test_translate_rejects_bad_input(model, tokenizer):
     with pytest.raises(ValueError, match="batch_size must be a positive int"):
         translate(model, tokenizer, ["a cat"], batch_size=0)
     assert translate(model, tokenizer, []) == []
+    assert translate(model, tokenizer, [], beam_size=4) == []
+
+
+def test_translate_refuses_a_sentence_longer_than_max_len(tokenizer):
+    torch.manual_seed(0)
+    config = TransformerConfig(tokenizer.vocab_size, tokenizer.vocab_size, d_model=16, n_heads=2, d_ff=32,
+                               n_encoder_layers=1, n_decoder_layers=1, max_len=16, pad_id=tokenizer.pad_id)
+    model = build_transformer(config).eval()
+    long_sentence = " ".join(["the old dog chased some red balls"] * 3)
+    n = len(tokenizer.encode(long_sentence))
+    assert n > 16
+    with pytest.raises(ValueError, match=f"source has {n} tokens but the model's max_len is 16"):
+        translate(model, tokenizer, ["a cat", long_sentence])
+    # a short sentence decodes to at most max_len tokens although its paper limit (its length + 50) is larger
+    assert isinstance(translate(model, tokenizer, ["a cat"])[0], str)
 
 
 def test_attention_maps_shapes_and_rows(model, tokenizer):

@@ -210,7 +210,7 @@ def load_tokenizer(run: Path, config):
     return tokenizer
 
 
-def load_weights(path: Path, apply, device) -> None:
+def restore_from_checkpoint(path: Path, apply, device) -> None:
     """Read the checkpoint at `path` and `apply(checkpoint)` (load the weights); RunError naming the
     file when it is damaged or its weights do not fit config.json."""
     from transformer_lib.training import load_checkpoint
@@ -303,7 +303,7 @@ def train_command(args) -> dict:
                       progress=not args.no_progress)
     checkpoint_path = run / "checkpoint.pt"
     if checkpoint_path.is_file():
-        load_weights(checkpoint_path, trainer.restore, device)
+        restore_from_checkpoint(checkpoint_path, trainer.restore, device)
         print(f"resuming {checkpoint_path} at step {trainer.state.step}", file=sys.stderr)
 
     # Everything checked: only now is the run folder written (config.json last, so its presence
@@ -325,6 +325,7 @@ def load_run(run: Path, device=None):
     """The trained model (in eval mode) and tokenizer of a run folder, after checking that its files
     exist, are intact and belong together."""
     from transformer_lib.model import build_transformer
+    from transformer_lib.training import load_weights
     run = Path(run)
     if not (run / "checkpoint.pt").is_file():
         raise RunError(f"{run / 'checkpoint.pt'} is missing; train first: python -m transformer_lib train --run {run}")
@@ -332,7 +333,7 @@ def load_run(run: Path, device=None):
     _, config = read_run_config(run)
     tokenizer = load_tokenizer(run, config)
     model = build_transformer(config).to(device)
-    load_weights(run / "checkpoint.pt", lambda checkpoint: model.load_state_dict(checkpoint["model"]), device)
+    restore_from_checkpoint(run / "checkpoint.pt", lambda checkpoint: load_weights(model, checkpoint["model"]), device)
     return model.eval(), tokenizer
 
 

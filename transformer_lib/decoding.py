@@ -30,16 +30,25 @@ def _check_decode_args(model: Transformer, src: Tensor, src_key_padding_mask: Te
     if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1):
         raise ValueError(f"max_len must be a positive int, or None for the paper's source length + 50, "
                          f"got {max_len!r}")
+    model_max_len = getattr(model, "max_len", None)      # rows of the model's positional table
+    if model_max_len is not None and src.size(1) > model_max_len:
+        raise ValueError(f"source has {src.size(1)} tokens but the model's max_len is {model_max_len}; "
+                         f"shorten it or split it into sentences (or use a model built with a larger max_len)")
 
-
-def _length_limits(src: Tensor, src_key_padding_mask: Tensor | None, max_len: int | None) -> Tensor:
+# %% ../notebooks/12_decoding.ipynb #4951899a
+def _length_limits(model: Transformer, src: Tensor, src_key_padding_mask: Tensor | None,
+                   max_len: int | None) -> Tensor:
     """Most tokens (</s> included) each sentence may generate: `max_len`, or else the paper's
-    input length + 50, counting each sentence's own non-padding source ids. Shape: (B,)"""
+    input length + 50, counting each sentence's own non-padding source ids; never more than the
+    model's `max_len`, the positions its table covers. Shape: (B,)"""
     if max_len is not None:
-        return torch.full((src.size(0),), max_len, device=src.device)
-    if src_key_padding_mask is None:
-        return torch.full((src.size(0),), src.size(1) + 50, device=src.device)
-    return (~src_key_padding_mask).sum(dim=1) + 50
+        limits = torch.full((src.size(0),), max_len, device=src.device)
+    elif src_key_padding_mask is None:
+        limits = torch.full((src.size(0),), src.size(1) + 50, device=src.device)
+    else:
+        limits = (~src_key_padding_mask).sum(dim=1) + 50
+    model_max_len = getattr(model, "max_len", None)
+    return limits if model_max_len is None else limits.clamp(max=model_max_len)
 
 
 def _next_log_probs(model: Transformer, ys: Tensor, memory: Tensor, memory_key_padding_mask: Tensor | None,
@@ -66,16 +75,19 @@ def greedy_decode(model: Transformer, src: Tensor, src_key_padding_mask: Tensor 
         src, src_key_padding_mask: source ids and their padding (True = padding), or None.
         bos_id, eos_id: the ids of <s> (the first decoder input) and </s> (end of a sentence).
         max_len: most tokens to generate per sentence, </s> included; None = its source length + 50.
+            Never more than `model.max_len`; a longer source raises a ValueError.
         use_cache: decode incrementally with a key/value cache (same tokens, faster).
     Returns:
-        the generated ids of each sentence, without <s> and </s>.
+        the generated ids of each sentence, without <s> and </s> ([] for a batch of no sentences).
     Shape:
         src (B, S), src_key_padding_mask (B, S)
     """
     _check_decode_args(model, src, src_key_padding_mask, bos_id, eos_id, max_len)
+    if src.size(0) == 0:
+        return []
     model.eval()
     B, device = src.size(0), src.device
-    limits = _length_limits(src, src_key_padding_mask, max_len)                    # (B,)
+    limits = _length_limits(model, src, src_key_padding_mask, max_len)                    # (B,)
     memory = model.encode(src, src_key_padding_mask)                                # (B, S, D)
     ys = torch.full((B, 1), bos_id, dtype=torch.long, device=device)                # (B, 1): <s>
     finished = torch.zeros(B, dtype=torch.bool, device=device)
@@ -98,6 +110,35 @@ def length_penalty(length, alpha: float):
     return ((5.0 + length) / 6.0) ** alpha
 
 # %% ../notebooks/12_decoding.ipynb #e504ecc1
+def _extend_sentence(top_scores: list[float], top_index: list[int], finished: list, prefixes: list[list[int]],
+                     V: int, t: int, limit: int, alpha: float, eos_id: int) -> list[tuple[int, int, float]]:
+    """One sentence's step: its best extensions (top_scores, top_index: K each, best first, index =
+    beam·V + token) fill its free slots. Those ending with </s>, or reaching `limit`, are appended to
+    `finished` as (log P / lp, ids); the others are returned, live, as (beam, token, log P)."""
+    live = []
+    for score, index in zip(top_scores[:len(top_scores) - len(finished)], top_index):   # the free slots
+        if score == float("-inf"):
+            break
+        k, token = divmod(index, V)                    # which hypothesis, extended by which token
+        if token == eos_id:
+            finished.append((score / length_penalty(t, alpha), prefixes[k]))
+        elif t == limit:                               # out of room: finished without </s>
+            finished.append((score / length_penalty(t, alpha), prefixes[k] + [token]))
+        else:
+            live.append((k, token, score))
+    return live
+
+
+def _search_is_over(live: list, finished: list, t: int, limit: int, alpha: float) -> bool:
+    """No live hypothesis left, or none can beat the best finished one any more. Growing only lowers
+    log P, and lp can at most reach its value at one end of the lengths still possible, so log P /
+    that lp bounds every score a live hypothesis can finish with."""
+    if not live:
+        return True
+    bound = max(score for _, _, score in live) / max(length_penalty(t + 1, alpha), length_penalty(limit, alpha))
+    return max((score for score, _ in finished), default=float("-inf")) >= bound
+
+
 def _reorder_cache(cache: list[dict], index: Tensor) -> None:
     """Keep the self-attention cache rows of the hypotheses `index` selects: every tensor there is
     batch-first (ours: keys and values, (B·K, H, t, d_k)). Beam search only moves rows within a
@@ -106,79 +147,80 @@ def _reorder_cache(cache: list[dict], index: Tensor) -> None:
         for name, tensor in layer["self"].items():
             layer["self"][name] = tensor.index_select(0, index)
 
+# %% ../notebooks/12_decoding.ipynb #32fe37be
+def _beam_step(top_scores, top_index, prefixes, finished, done, limits, K: int, V: int, t: int, alpha: float,
+               eos_id: int) -> tuple[list[int], list[int], list[list[float]]]:
+    """Update `finished` and `done` of every sentence; return the rows to keep (B·K), the tokens that
+    extend them (B·K) and the new log P of the live hypotheses ((B, K), -inf = empty)."""
+    B = len(finished)
+    rows, tokens = list(range(B * K)), [eos_id] * (B * K)     # empty slots keep their row and read </s>
+    new_scores = [[float("-inf")] * K for _ in range(B)]
+    for b in range(B):
+        if done[b]:
+            continue
+        live = _extend_sentence(top_scores[b], top_index[b], finished[b], prefixes[b * K:(b + 1) * K], V, t,
+                                limits[b], alpha, eos_id)
+        done[b] = _search_is_over(live, finished[b], t, limits[b], alpha)
+        for slot, (k, token, score) in enumerate([] if done[b] else live):
+            rows[b * K + slot], tokens[b * K + slot], new_scores[b][slot] = b * K + k, token, score
+    return rows, tokens, new_scores
 
+
+
+def _beam_start(model: Transformer, src: Tensor, src_key_padding_mask: Tensor | None, K: int, bos_id: int):
+    """The memory and padding mask repeated K times (rows bK .. bK + K - 1 belong to sentence b),
+    <s> in every row, and the scores (B, K): only slot 0 is live (log P = 0), the others empty (-inf)."""
+    memory = model.encode(src, src_key_padding_mask).repeat_interleave(K, dim=0)    # (B·K, S, D)
+    pad_mask = None if src_key_padding_mask is None else src_key_padding_mask.repeat_interleave(K, dim=0)
+    ys = torch.full((src.size(0) * K, 1), bos_id, dtype=torch.long, device=src.device)  # (B·K, 1): <s>
+    scores = torch.full((src.size(0), K), float("-inf"), device=src.device)           # (B, K)
+    scores[:, 0] = 0.0                      # if all K slots started at 0, K copies of <s> would fill the beam
+    return memory, pad_mask, ys, scores
+
+
+def _check_beam_args(beam_size: int, alpha: float) -> None:
+    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
+        raise ValueError(f"beam_size must be a positive int (1 = greedy, the paper uses 4), got {beam_size!r}")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
+        raise ValueError(f"alpha must be a number (the paper uses 0.6), got {alpha!r}")
+
+# %% ../notebooks/12_decoding.ipynb #ffbd193d
 @torch.no_grad()
 def beam_search(model: Transformer, src: Tensor, src_key_padding_mask: Tensor | None, bos_id: int, eos_id: int,
                 beam_size: int = 4, alpha: float = 0.6, max_len: int | None = None,
                 use_cache: bool = True) -> list[list[int]]:
     """Keep the `beam_size` best hypotheses of each sentence; return the finished one with the best
-    log P(Y) / length_penalty(|Y|). Batched: B sentences × K beams decode together.
-
-    The K slots of a sentence hold its live and its finished hypotheses: at each step the best
-    extensions of the live ones fill the free slots, and those that end with </s> (or reach the
-    length limit) are finished. A sentence stops when no live hypothesis is left, or when none can
-    beat the best finished one any more; so beam_size=1 is exactly greedy decoding.
+    log P(Y) / length_penalty(|Y|). Batched: B sentences × K beams together; beam_size=1 is greedy.
 
     Args:
         model, src, src_key_padding_mask, bos_id, eos_id, max_len, use_cache: as `greedy_decode`.
         beam_size: K, hypotheses kept per sentence (the paper: 4).
         alpha: the length penalty's α (the paper: 0.6; 0 ranks by log-probability alone).
     Returns:
-        the best ids of each sentence, without <s> and </s>.
-    Shape:
-        src (B, S), src_key_padding_mask (B, S)
+        the best ids of each sentence, without <s> and </s> ([] for a batch of no sentences).
+    Shape: src (B, S), src_key_padding_mask (B, S)
     """
-    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
-        raise ValueError(f"beam_size must be a positive int (1 = greedy, the paper uses 4), got {beam_size!r}")
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
-        raise ValueError(f"alpha must be a number (the paper uses 0.6), got {alpha!r}")
+    _check_beam_args(beam_size, alpha)
     _check_decode_args(model, src, src_key_padding_mask, bos_id, eos_id, max_len)
-    model.eval()
+    if src.size(0) == 0:
+        return []
     B, K, device = src.size(0), beam_size, src.device
-    limits = _length_limits(src, src_key_padding_mask, max_len).tolist()
-    memory = model.encode(src, src_key_padding_mask).repeat_interleave(K, dim=0)    # (B·K, S, D)
-    pad_mask = None if src_key_padding_mask is None else src_key_padding_mask.repeat_interleave(K, dim=0)
-    ys = torch.full((B * K, 1), bos_id, dtype=torch.long, device=device)            # (B·K, 1)
-    scores = torch.full((B, K), float("-inf"), device=device)   # log P of the live hypotheses; -inf = empty
-    scores[:, 0] = 0.0                                          # at first only <s> is live
-    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(B)]   # (log P / lp, ids) per sentence
-    done = [False] * B
+    model.eval()
+    limits = _length_limits(model, src, src_key_padding_mask, max_len).tolist()
+    memory, pad_mask, ys, scores = _beam_start(model, src, src_key_padding_mask, K, bos_id)   # scores: log P
+    finished, done = [[] for _ in range(B)], [False] * B      # (log P / lp, ids) per sentence
     cache = model.new_cache() if use_cache else None
     for t in range(1, max(limits) + 1):
         log_probs = _next_log_probs(model, ys, memory, pad_mask, cache)             # (B·K, V)
-        V = log_probs.size(-1)
-        candidates = (scores.view(B * K, 1) + log_probs).view(B, K * V)             # (B, K·V)
+        candidates = (scores.view(B * K, 1) + log_probs).view(B, -1)                # (B, K·V)
         top_scores, top_index = (x.tolist() for x in candidates.topk(K, dim=-1))    # (B, K) each, best first
-        prefixes = ys[:, 1:].tolist()
-        rows, tokens = list(range(B * K)), [eos_id] * (B * K)    # empty slots keep their row and read </s>
-        new_scores = [[float("-inf")] * K for _ in range(B)]
-        for b in range(B):
-            if done[b]:
-                continue
-            live = 0
-            for score, index in zip(top_scores[b][:K - len(finished[b])], top_index[b]):   # the free slots
-                if score == float("-inf"):
-                    break
-                k, token = divmod(index, V)            # which hypothesis, extended by which token
-                if token == eos_id:
-                    finished[b].append((score / length_penalty(t, alpha), prefixes[b * K + k]))
-                elif t == limits[b]:                   # out of room: finished without </s>
-                    finished[b].append((score / length_penalty(t, alpha), prefixes[b * K + k] + [token]))
-                else:
-                    rows[b * K + live], tokens[b * K + live], new_scores[b][live] = b * K + k, token, score
-                    live += 1
-            # Growing only lowers log P, and lp can at most reach its value at one end of the lengths
-            # still possible, so log P / that lp bounds every score a live hypothesis can finish with.
-            bound = max(new_scores[b]) / max(length_penalty(t + 1, alpha), length_penalty(limits[b], alpha))
-            if live == 0 or max((s for s, _ in finished[b]), default=float("-inf")) >= bound:
-                done[b] = True
-                new_scores[b] = [float("-inf")] * K
+        rows, tokens, new_scores = _beam_step(top_scores, top_index, ys[:, 1:].tolist(), finished, done, limits,
+                                              K, log_probs.size(-1), t, alpha, eos_id)
         if all(done):
             break
-        index = torch.tensor(rows, device=device)
+        index = torch.tensor(rows, device=device)                                   # (B·K,)
         if cache is not None:
             _reorder_cache(cache, index)
-        new_tokens = torch.tensor(tokens, device=device)[:, None]                   # (B·K, 1)
-        ys = torch.cat([ys.index_select(0, index), new_tokens], dim=1)              # (B·K, t+1)
-        scores = torch.tensor(new_scores, device=device)
+        ys = torch.cat([ys.index_select(0, index), torch.tensor(tokens, device=device)[:, None]], dim=1)
+        scores = torch.tensor(new_scores, device=device)                            # (B, K)
     return [max(hypotheses, key=lambda item: item[0])[1] for hypotheses in finished]

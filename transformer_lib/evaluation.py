@@ -64,6 +64,12 @@ def _check_positive_int(name: str, value) -> None:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
+def _length_sorted_batches(ids: list[list[int]], batch_size: int) -> list[list[int]]:
+    """The positions of the sentences, sorted by length and cut into batches of `batch_size`."""
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))   # stable: equal lengths keep their order
+    return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+
+# %% ../notebooks/13_evaluation.ipynb #b9bc105d
 @torch.no_grad()
 def translate(model: Transformer, tokenizer, sentences: list[str], beam_size: int = 1, alpha: float = 0.6,
               batch_size: int = 64, device=None, use_cache: bool = True) -> list[str]:
@@ -74,15 +80,14 @@ def translate(model: Transformer, tokenizer, sentences: list[str], beam_size: in
             when `use_cache`).
         tokenizer: the model's `SubwordTokenizer`; characters it never saw become `<unk>`.
         sentences: a list of source sentences (a single str is refused: wrap it in a list).
-        beam_size: 1 for greedy decoding, K > 1 for beam search with K beams.
-        alpha: the length penalty of beam search, ((5 + |Y|) / 6)^α (paper: 0.6).
-        batch_size: sentences decoded together; they are sorted by length first, so batches hold
-            sentences of similar length and little padding.
+        beam_size, alpha: 1 for greedy decoding, K > 1 for beam search with K beams and the
+            length penalty ((5 + |Y|) / 6)^α (paper: 0.6).
+        batch_size: sentences decoded together, sorted by length first (little padding).
         device: where to decode (default: where the model's parameters are).
         use_cache: decode incrementally with the key/value cache (same tokens, faster).
-
     Returns:
-        One detokenized translation per sentence, each at most (source tokens + 50) tokens long.
+        One detokenized translation per sentence ([] for []), each at most (source tokens + 50) and
+        at most `model.max_len` tokens long; a longer source raises a ValueError.
     """
     sentences = _check_sentences("sentences", sentences)
     _check_positive_int("beam_size", beam_size)
@@ -91,10 +96,8 @@ def translate(model: Transformer, tokenizer, sentences: list[str], beam_size: in
         return []
     device = device or next(model.parameters()).device
     ids = tokenizer.encode_batch(sentences, unknown="replace")
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))   # stable: equal lengths keep their order
     outputs: list[str] = [""] * len(ids)
-    for start in range(0, len(order), batch_size):
-        chunk = order[start:start + batch_size]
+    for chunk in _length_sorted_batches(ids, batch_size):
         src = pad_sequences([ids[i] for i in chunk], tokenizer.pad_id).to(device)   # (B, S)
         mask = src == tokenizer.pad_id                                              # (B, S), True = padding
         if beam_size == 1:
@@ -158,7 +161,7 @@ class AttentionMaps:
     decoder_self: list[Tensor]
     cross: list[Tensor]
 
-
+# %% ../notebooks/13_evaluation.ipynb #b1e42a4e
 @torch.no_grad()
 def attention_maps(model: Transformer, tokenizer, source: str, target: str) -> AttentionMaps:
     """Attention weights of `model` reading `source` and, teacher-forced, `target` (one pair).
