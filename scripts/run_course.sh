@@ -8,9 +8,10 @@ bash scripts/setup_env.sh
 mkdir -p build/notebooks
 export COURSE_FIGURES_DIR="$PWD/images"
 for notebook in notebooks/[0-9][0-9]_*.ipynb; do
-    echo "== $notebook"
+    started=$SECONDS
     .venv/bin/jupyter nbconvert --to notebook --execute --output-dir build/notebooks "$notebook" \
         --ExecutePreprocessor.timeout=1800 --log-level ERROR
+    echo "== $notebook ran in $((SECONDS - started)) s"
 done
 echo "== the course model (trained on the built-in corpus by notebook 11) translates:"
 .venv/bin/python -m transformer_lib translate --run runs/course_model --beam 4 \
