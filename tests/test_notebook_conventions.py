@@ -114,6 +114,9 @@ def test_exercises_have_checkers_and_solutions(path):
     assert "## Exercises" in markdown, "an '## Exercises' section"
     exercises = markdown.split("## Exercises", 1)[1]
     assert len(re.findall(r"^\s*\d+\.\s", exercises, flags=re.M)) >= 3, "at least three numbered exercises"
+    outside_the_wheel = re.search(r"\b(tests|scripts|results)/", exercises)
+    assert outside_the_wheel is None, (f"an exercise sends the learner to {outside_the_wheel.group(0)}, which pip "
+                                       "does not install (Colab has no checkout)")
     checks = set(re.findall(r"\b(check_\w+)\(", "\n".join(source(c) for c in cells(path, "code"))))
     assert len(checks) >= 2, "at least two coding exercises, each with a check_…(your_function) call"
     solution = ROOT / "solutions" / path.name
