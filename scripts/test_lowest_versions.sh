@@ -18,8 +18,10 @@ sed -n 's/^\([A-Za-z0-9_.-]*\)>=\([^ ;#]*\).*/\1==\2/p' requirements.txt | grep 
 # What those old releases need from their own dependencies, which pip would otherwise take newest:
 # matplotlib 3.7 is compiled against NumPy 1.x and fails to import under NumPy 2
 # ("numpy.core.multiarray failed to import"; torch 2.3 prints a warning there too).
+# pyarrow (for datasets) from the same era as datasets 2.18: today's pyarrow needs NumPy 2.
 cat > build/lowest-constraints.txt <<'EOF'
 numpy<2
+pyarrow<16
 EOF
 echo "lowest versions:" $(cat build/lowest-pins.txt)
 
@@ -29,9 +31,11 @@ pip install -q --only-binary=:all: -r build/lowest-pins.txt -c build/lowest-cons
 pip install -q --no-deps -e .
 pip check || true
 "$VENV/bin/python" - <<'EOF'
+# Import each one: a test that skips when a package cannot be imported would otherwise hide it.
+import datasets, matplotlib.pyplot, sacrebleu, tokenizers, torch, tqdm  # noqa: F401
 import importlib.metadata as md
 print("installed:", ", ".join(f"{n} {md.version(n)}" for n in
-      ("torch", "numpy", "tokenizers", "datasets", "sacrebleu", "tqdm", "matplotlib", "huggingface-hub")))
+      ("torch", "numpy", "tokenizers", "datasets", "pyarrow", "sacrebleu", "tqdm", "matplotlib", "huggingface-hub")))
 EOF
 
 # One thread: the tests are small, and this script usually runs beside other work.
