@@ -1,4 +1,5 @@
-"""The checkers of notebook 03's exercises: stub -> not attempted, plausible slips -> a clear error, right -> True."""
+"""The checkers of notebook 03's exercises: plausible slips -> a clear error, right -> True.
+(Every checker's unfilled stub is tested in tests/test_exercises.py.)"""
 import math
 
 import pytest
@@ -8,10 +9,6 @@ from torch import nn
 from transformer_lib.exercises.positional import check_learned_positions, check_loop_table
 
 
-def loop_table_stub(max_len, d_model):
-    raise NotImplementedError
-
-
 def loop_table(max_len, d_model, first=math.sin, second=math.cos, exponent=lambda i: 2 * i, start=0):
     table = torch.zeros(max_len, d_model, dtype=torch.float64)
     for pos in range(max_len):
@@ -19,11 +16,6 @@ def loop_table(max_len, d_model, first=math.sin, second=math.cos, exponent=lambd
             angle = (pos + start) / 10000 ** (exponent(i) / d_model)
             table[pos, 2 * i], table[pos, 2 * i + 1] = first(angle), second(angle)
     return table
-
-
-def test_loop_table_stub_is_not_attempted(capsys):
-    assert check_loop_table(loop_table_stub) is False
-    assert "not attempted yet" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("wrong, message", [
@@ -40,12 +32,6 @@ def test_loop_table_slips_are_named(wrong, message):
 def test_loop_table_right_answer(capsys):
     assert check_loop_table(loop_table) is True
     assert "correct" in capsys.readouterr().out
-
-
-class LearnedStub(nn.Module):
-    def __init__(self, d_model, max_len):
-        super().__init__()
-        raise NotImplementedError
 
 
 class Learned(nn.Module):
@@ -75,11 +61,6 @@ class ClampedPositions(Learned):
     def forward(self, x):  # "extrapolates" by reusing the last row: hides the problem
         positions = torch.arange(x.size(1)).clamp(max=self.table.num_embeddings - 1)
         return x + self.table(positions)
-
-
-def test_learned_stub_is_not_attempted(capsys):
-    assert check_learned_positions(LearnedStub) is False
-    assert "not attempted yet" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("wrong, message", [
