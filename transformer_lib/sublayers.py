@@ -9,6 +9,7 @@ __all__ = ['PositionwiseFeedForward', 'LayerNorm', 'SublayerConnection']
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 
@@ -54,28 +55,31 @@ class LayerNorm(nn.Module):
     Args:
         d_model: D, the size of the last dimension.
         eps: ε > 0, keeps the division finite for a constant vector.
+        fused: compute with `F.layer_norm` (one kernel; the default) instead of the explicit formula.
     Shape:
         x (..., D) -> (..., D)
     """
 
-    def __init__(self, d_model: int, eps: float = 1e-5):
+    def __init__(self, d_model: int, eps: float = 1e-5, fused: bool = True):
         super().__init__()
         _check_positive_int("d_model", d_model)
         if isinstance(eps, bool) or not isinstance(eps, (int, float)) or eps <= 0:
             raise ValueError(f"eps must be a positive float, got {eps!r}")
-        self.d_model, self.eps = d_model, eps
+        self.d_model, self.eps, self.fused = d_model, eps, fused
         self.weight = nn.Parameter(torch.ones(d_model))   # γ, one per feature (not a scalar)
         self.bias = nn.Parameter(torch.zeros(d_model))    # β
 
     def forward(self, x: Tensor) -> Tensor:
         if x.dim() == 0 or x.size(-1) != self.d_model:
             raise ValueError(f"x must have last dimension d_model={self.d_model}, got shape {tuple(x.shape)}")
+        if self.fused:
+            return F.layer_norm(x, (self.d_model,), self.weight, self.bias, self.eps)
         mean = x.mean(dim=-1, keepdim=True)                     # (..., 1)
         var = x.var(dim=-1, keepdim=True, correction=0)         # (..., 1): biased, as nn.LayerNorm
         return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
 
     def extra_repr(self) -> str:
-        return f"{self.d_model}, eps={self.eps}"
+        return f"{self.d_model}, eps={self.eps}, fused={self.fused}"
 
 # %% ../notebooks/06_feed_forward_residual_layernorm.ipynb #071cb43f
 class SublayerConnection(nn.Module):
