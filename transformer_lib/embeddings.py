@@ -31,7 +31,8 @@ def _check_token_ids(tokens, vocab_size: int) -> None:
         raise TypeError(f"tokens must be an integer tensor (torch.long or torch.int32), got dtype "
                         f"{tokens.dtype}; token ids are indices, convert with tokens.long()")
     if tokens.numel() > 0:
-        lo, hi = int(tokens.min()), int(tokens.max())
+        # One pass and one read back to the host (a GPU waits for it): aminmax, then a single tolist().
+        lo, hi = torch.stack(torch.aminmax(tokens)).tolist()
         if lo < 0 or hi >= vocab_size:
             raise ValueError(
                 f"token ids must lie in [0, {vocab_size}) for vocab_size={vocab_size}, "
