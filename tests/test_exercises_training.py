@@ -5,8 +5,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transformer_lib.exercises.training import check_gradient_accumulation, check_label_smoothing, check_noam_lr
-from transformer_lib.training import LabelSmoothingLoss, noam_lr
+from transformer_lib.exercises.training import (check_cooldown, check_gradient_accumulation, check_label_smoothing,
+                                               check_noam_lr)
+from transformer_lib.training import LabelSmoothingLoss, cooldown_factor, noam_lr
 
 
 # ---------------------------------------------------------------- label smoothing
@@ -88,3 +89,34 @@ def test_gradient_accumulation_right_answer(capsys):
 def test_gradient_accumulation_wrong_answers(wrong, message):
     with pytest.raises(AssertionError, match=message):
         check_gradient_accumulation(wrong)
+
+
+# ---------------------------------------------------------------- the cooldown
+def cooled(step, progress, d_model, warmup, cooldown):
+    return noam_lr(step, d_model, warmup) * min(1.0, (1 - progress) / cooldown)
+
+
+def test_cooldown_right_answers(capsys):
+    assert check_cooldown(cooled) is True
+    assert check_cooldown(lambda step, p, d, w, c: noam_lr(step, d, w) * cooldown_factor(p, c)) is True
+    assert "correct: the cooldown" in capsys.readouterr().out
+
+
+def test_cooldown_stub_is_not_attempted(capsys):
+    def stub(step, progress, d_model, warmup, cooldown):
+        raise NotImplementedError
+    assert check_cooldown(stub) is False
+    assert "the cooldown: not attempted yet" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("wrong,message", [
+    (lambda step, p, d, w, c: noam_lr(step, d, w) * (1 - p), "starts at the beginning of the run"),
+    (lambda step, p, d, w, c: noam_lr(step, d, w) * (1 - p) / c, "cap the ramp at 1"),
+    (lambda step, p, d, w, c: noam_lr(step, d, w) * min(1.0, p / c), "rises with progress"),
+    (lambda step, p, d, w, c: noam_lr(step, d, w), "eq. 3 unchanged"),
+    (lambda step, p, d, w, c: noam_lr(step, d, w) * min(1.0, (1 - p) / c) ** 2, "progress=0.8, cooldown=0.25: expected"),
+    (lambda step, p, d, w, c: [cooled(step, p, d, w, c)], "return a number"),
+])
+def test_cooldown_wrong_answers(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_cooldown(wrong)

@@ -1,11 +1,14 @@
 """Tests for transformer_lib.training (notebook 11): the label-smoothed loss equals PyTorch's, the
-learning-rate schedule follows eq. 3, the Trainer learns, stops and resumes exactly (same losses
-and weights after a crash, dropout included), checkpoints are atomic and load safely, and bad
-arguments fail with clear messages."""
+learning-rate schedule follows eq. 3 (times its cooldown ramp), the Trainer learns, accumulates
+gradients (their mean, with DDP's no_sync), validates without counting the time, stops and resumes
+exactly (same losses and weights after a crash, dropout included), checkpoints are atomic and load
+safely, and bad arguments fail with clear messages."""
 import ast
 import math
 import pickle
 import re
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,8 +19,9 @@ from torch import Tensor, nn
 
 import transformer_lib.training as training
 from transformer_lib.data import Batch
-from transformer_lib.training import (LabelSmoothingLoss, Trainer, TrainState, WeightAverager, checkpoint_callback,
-                                      load_checkpoint, make_optimizer, noam_lr, save_checkpoint, translation_loss)
+from transformer_lib.training import (LabelSmoothingLoss, NoamSchedule, Trainer, TrainState, WeightAverager,
+                                      checkpoint_callback, cooldown_factor, load_checkpoint, make_optimizer, noam_lr,
+                                      save_checkpoint, translation_loss, validation_loss)
 
 PAD, V, N_FEATURES, N_CLASSES, BATCHES_PER_EPOCH = 0, 11, 8, 4, 5
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -54,9 +58,9 @@ def toy_model(seed: int = 0) -> nn.Module:
     return nn.Sequential(nn.Linear(N_FEATURES, 32), nn.ReLU(), nn.Dropout(0.3), nn.Linear(32, N_CLASSES))
 
 
-def toy_trainer(max_steps=30, seed=0, log_every=5, loss_fn=toy_loss, device="cpu", **kwargs) -> Trainer:
+def toy_trainer(max_steps=30, seed=0, log_every=5, loss_fn=toy_loss, device="cpu", cooldown=0.0, **kwargs) -> Trainer:
     model = toy_model(seed).to(device)
-    optimizer, scheduler = make_optimizer(model, d_model=32, warmup_steps=10, factor=2.0)
+    optimizer, scheduler = make_optimizer(model, d_model=32, warmup_steps=10, factor=2.0, cooldown=cooldown)
     return Trainer(model, loss_fn, optimizer, toy_batches, scheduler, device=device, max_steps=max_steps,
                    log_every=log_every, progress=False, **kwargs)
 
@@ -229,14 +233,14 @@ def test_trainer_records_gradient_norm_before_clipping():
     assert toy_trainer(max_steps=1, grad_clip=None).last_grad_norm is None
 
 
-def _resume_after_crash(tmp_path, every: int, crash_at: int, total: int = 25, log_every: int = 5):
+def _resume_after_crash(tmp_path, every: int, crash_at: int, total: int = 25, log_every: int = 5, **kwargs):
     """Uninterrupted run vs a run that crashes at `crash_at` and is finished by a NEW Trainer."""
-    full = toy_trainer(max_steps=total, log_every=log_every)
+    full = toy_trainer(max_steps=total, log_every=log_every, **kwargs)
     full_losses = recorded(full)
     full.fit()
 
     path = tmp_path / "checkpoint.pt"
-    crashing = toy_trainer(max_steps=total, log_every=log_every)
+    crashing = toy_trainer(max_steps=total, log_every=log_every, **kwargs)
     crashed_losses = recorded(crashing)
     crashing.add_callback("on_batch_end", checkpoint_callback(path, every))
 
@@ -248,7 +252,7 @@ def _resume_after_crash(tmp_path, every: int, crash_at: int, total: int = 25, lo
         crashing.fit()
 
     # A new Trainer with other initial weights and another seed, as in a new process: restore must win.
-    resumed = toy_trainer(max_steps=total, log_every=log_every, seed=123)
+    resumed = toy_trainer(max_steps=total, log_every=log_every, seed=123, **kwargs)
     resumed.restore(load_checkpoint(path))
     checkpoint_step = resumed.state.step
     resumed_losses = recorded(resumed)
@@ -399,6 +403,12 @@ def test_trainer_checkpoint_loads_with_weights_only(tmp_path):
     (dict(grad_clip=0.0), "grad_clip must be a positive norm"),
     (dict(log_every=0), "log_every must be a positive int"),
     (dict(max_steps=-1), "max_steps must be >= 0"),
+    (dict(accumulate=0), "accumulate must be a positive int"),
+    (dict(accumulate=1.5), "accumulate must be a positive int"),
+    (dict(accumulate=True), "accumulate must be a positive int"),
+    (dict(validate_every=10), "validate_every needs validate"),
+    (dict(validate=lambda m: 0.0, validate_every=7), "validate_every must be a positive multiple of log_every=5"),
+    (dict(validate=lambda m: 0.0, validate_every=0), "validate_every must be a positive multiple"),
 ])
 def test_trainer_bad_args(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -509,3 +519,293 @@ def test_cuda_resume_from_checkpoint_mapped_to_gpu(tmp_path):
     resumed = toy_trainer(max_steps=10, device="cuda")
     resumed.restore(load_checkpoint(tmp_path / "c.pt", map_location="cuda"))
     assert resumed.fit().step == 10
+
+
+# ---------------------------------------------------------------- the cooldown in the schedule
+@pytest.mark.parametrize("cooldown", [0.1, 0.25, 0.5])
+def test_schedule_lr_at_progress_is_noam_times_the_ramp(cooldown):
+    optimizer, scheduler = make_optimizer(nn.Linear(3, 3), d_model=64, warmup_steps=20, factor=1.5, cooldown=cooldown)
+    progresses = [0.0, 0.1, 0.4, 0.6, 0.75, 0.8, 0.9, 0.95, 0.99, 1.0]
+    for k, p in enumerate(progresses, start=1):
+        optimizer.step()
+        scheduler.step(progress=p)
+        expected = noam_lr(k + 1, 64, 20, 1.5) * min(1.0, (1 - p) / cooldown)
+        assert math.isclose(optimizer.param_groups[0]["lr"], expected, rel_tol=1e-12, abs_tol=1e-15), (k, p)
+    assert optimizer.param_groups[0]["lr"] == 0.0                        # progress 1: the end of the run
+
+
+def test_schedule_stepped_by_plain_pytorch_uses_max_steps_and_reaches_zero():
+    optimizer, scheduler = make_optimizer(nn.Linear(3, 3), d_model=64, warmup_steps=20, cooldown=0.3, max_steps=50)
+    rates = []
+    for _ in range(50):
+        rates.append(optimizer.param_groups[0]["lr"])                   # the rate of update k + 1
+        optimizer.step()
+        scheduler.step()
+    for k, rate in enumerate(rates):
+        assert math.isclose(rate, noam_lr(k + 1, 64, 20) * cooldown_factor(k / 50, 0.3), rel_tol=1e-12)
+    assert rates[34] == noam_lr(35, 64, 20) and rates[36] < noam_lr(37, 64, 20)   # the ramp starts at p = 0.7
+    assert optimizer.param_groups[0]["lr"] == 0.0
+
+
+def test_schedule_without_max_steps_or_progress_has_no_cooldown():
+    optimizer, scheduler = make_optimizer(nn.Linear(3, 3), d_model=64, warmup_steps=20, cooldown=0.5)
+    for k in range(1, 40):
+        optimizer.step()
+        scheduler.step()
+        assert optimizer.param_groups[0]["lr"] == noam_lr(k + 1, 64, 20)
+
+
+def test_cooldown_zero_keeps_the_old_lambda_lr_numbers_exactly():
+    optimizer, scheduler = make_optimizer(nn.Linear(3, 3), d_model=128, warmup_steps=30, factor=0.7, max_steps=60)
+    old_optimizer = torch.optim.Adam(nn.Linear(3, 3).parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    old = torch.optim.lr_scheduler.LambdaLR(old_optimizer, lambda step: noam_lr(step + 1, 128, 30, 0.7))
+    for _ in range(80):
+        assert optimizer.param_groups[0]["lr"] == old_optimizer.param_groups[0]["lr"]
+        for opt, sched in ((optimizer, scheduler), (old_optimizer, old)):
+            opt.step()
+            sched.step(progress=0.99) if sched is scheduler else sched.step()
+
+
+def test_schedule_restored_from_state_dict_continues_the_same_rates():
+    def schedule():
+        return make_optimizer(nn.Linear(3, 3), d_model=64, warmup_steps=10, cooldown=0.4)
+
+    optimizer, scheduler = schedule()
+    rates = []
+    for k in range(30):
+        optimizer.step()
+        scheduler.step(progress=(k + 1) / 30)
+        if k == 19:
+            saved = scheduler.state_dict()
+            saved = {**saved, "base_lrs": list(saved["base_lrs"])}
+        rates.append(optimizer.param_groups[0]["lr"])
+    other_optimizer, other = schedule()
+    other.load_state_dict(saved)
+    assert other.progress == 20 / 30 and other.last_epoch == 20
+    resumed = []
+    for k in range(20, 30):
+        other_optimizer.step()
+        other.step(progress=(k + 1) / 30)
+        resumed.append(other_optimizer.param_groups[0]["lr"])
+    assert resumed == rates[20:]
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(cooldown=1.0), r"cooldown must be a share of the run in \[0, 1\)"),
+    (dict(cooldown=-0.1), r"cooldown must be a share of the run in \[0, 1\)"),
+    (dict(cooldown="0.2"), r"cooldown must be a share of the run in \[0, 1\)"),
+    (dict(cooldown=True), r"cooldown must be a share of the run in \[0, 1\)"),
+    (dict(max_steps=0), "max_steps must be a positive int or None"),
+    (dict(warmup_steps=0), "must be positive"),
+])
+def test_schedule_bad_args(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        make_optimizer(nn.Linear(3, 3), d_model=64, **kwargs)
+
+
+def test_trainer_drives_the_cooldown_by_its_step_budget_and_lands_on_zero():
+    trainer = toy_trainer(max_steps=20, cooldown=0.5)
+    assert isinstance(trainer.scheduler, NoamSchedule)
+    rates = []
+    trainer.add_callback("on_batch_end", lambda t: rates.append(t.optimizer.param_groups[0]["lr"]))
+    trainer.fit()
+    for k, rate in enumerate(rates, start=1):               # after update k: the rate of update k + 1
+        assert math.isclose(rate, noam_lr(k + 1, 32, 10, 2.0) * min(1.0, (1 - k / 20) / 0.5), rel_tol=1e-12)
+    assert rates[-1] == 0.0 and trainer.state.history[-1]["lr"] == 0.0
+
+
+def test_run_progress_is_the_larger_share_of_steps_and_time():
+    trainer = toy_trainer(max_steps=100, time_budget_s=10.0)
+    trainer.state.step, trainer.state.elapsed = 30, 2.0
+    assert trainer.run_progress() == 0.3
+    trainer.state.elapsed = 5.0
+    assert trainer.run_progress() == 0.5
+    trainer.state.step, trainer.state.elapsed = 100, 20.0
+    assert trainer.run_progress() == 1.0
+    only_time = toy_trainer(max_steps=None, time_budget_s=4.0)
+    only_time.state.step, only_time.state.elapsed = 1000, 1.0
+    assert only_time.run_progress() == 0.25
+
+
+def test_time_budget_cooldown_reaches_low_rates_at_the_end():
+    def slow_loss(model, batch):
+        time.sleep(0.005)
+        return toy_loss(model, batch)
+
+    trainer = toy_trainer(max_steps=None, time_budget_s=0.2, loss_fn=slow_loss, cooldown=0.5)
+    progress = []
+    trainer.add_callback("on_batch_end", lambda t: progress.append((t.run_progress(), t.scheduler.progress)))
+    trainer.fit()
+    assert all(a == b for a, b in progress)                 # the scheduler got the Trainer's progress
+    assert trainer.optimizer.param_groups[0]["lr"] == 0.0   # the budget is used up: the rate is 0
+
+
+# ---------------------------------------------------------------- gradient accumulation
+def plain_model(seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)                                  # no dropout: gradients are deterministic
+    return nn.Sequential(nn.Linear(N_FEATURES, 32), nn.ReLU(), nn.Linear(32, N_CLASSES))
+
+
+@pytest.mark.parametrize("grad_clip", [None, 0.05])
+def test_accumulate_two_is_one_update_with_the_mean_gradient(grad_clip):
+    b0, b1 = toy_batches(0)[:2]
+    model = plain_model()
+    optimizer, scheduler = make_optimizer(model, d_model=32, warmup_steps=10, factor=2.0)
+    trainer = Trainer(model, toy_loss, optimizer, lambda epoch: [b0, b1], scheduler, max_steps=1, accumulate=2,
+                      grad_clip=grad_clip, progress=False, log_every=1)
+    trainer.fit()
+
+    reference = plain_model()
+    ref_optimizer, _ = make_optimizer(reference, d_model=32, warmup_steps=10, factor=2.0)
+    grads = []
+    for batch in (b0, b1):                                   # each batch's gradient on its own
+        reference.zero_grad()
+        toy_loss(reference, batch)[0].backward()
+        grads.append([p.grad.clone() for p in reference.parameters()])
+    for p, g0, g1 in zip(reference.parameters(), *grads):
+        p.grad = (g0 + g1) / 2
+    if grad_clip:
+        nn.utils.clip_grad_norm_(reference.parameters(), grad_clip)
+    ref_optimizer.step()
+    for a, b in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(a, b)
+    expected_loss = (toy_loss(plain_model(), b0)[0].item() + toy_loss(plain_model(), b1)[0].item()) / 2
+    assert math.isclose(trainer.last_loss, expected_loss, rel_tol=1e-6)
+    entry = trainer.state.history[0]
+    assert math.isclose(entry["loss"], expected_loss, rel_tol=1e-6) and entry["tokens"] == 32
+
+
+def test_accumulate_counts_updates_and_batches_and_drops_the_incomplete_group():
+    seen = []
+
+    def recording_loss(model, batch):
+        seen.append(batch.x[0, 0].item())
+        return toy_loss(model, batch)
+
+    trainer = toy_trainer(max_steps=7, accumulate=2, loss_fn=recording_loss)
+    state = trainer.fit()
+    assert (state.step, state.epoch, state.batch_in_epoch) == (7, 3, 2)   # 2 updates of 4 batches per epoch
+    expected = [b.x[0, 0].item() for epoch in range(4) for b in toy_batches(epoch)[:4]][:14]
+    assert seen == expected                                               # batch 5 of each epoch is skipped
+
+
+def test_accumulate_more_than_the_epoch_has_is_an_error():
+    with pytest.raises(ValueError, match="epoch 0 has 5 batches, fewer than accumulate=6"):
+        toy_trainer(accumulate=6).fit()
+
+
+@pytest.mark.parametrize("every,crash_at", [(3, 7), (4, 4)])
+def test_accumulate_and_cooldown_resume_exactly(tmp_path, every, crash_at):
+    full, full_losses, resumed, stitched, checkpoint_step = _resume_after_crash(
+        tmp_path, every, crash_at, total=12, log_every=2, accumulate=2, cooldown=0.4)
+    assert checkpoint_step == crash_at // every * every
+    assert stitched == full_losses
+    assert resumed.state.history == [{**h, "elapsed": r["elapsed"]}   # lr included: the same cooldown
+                                     for h, r in zip(full.state.history, resumed.state.history)]
+    assert (resumed.state.step, resumed.state.batch_in_epoch) == (full.state.step, full.state.batch_in_epoch)
+    for a, b in zip(resumed.model.state_dict().values(), full.model.state_dict().values()):
+        assert torch.equal(a, b)
+
+
+class NoSyncCounter(nn.Module):
+    """A stand-in for DistributedDataParallel: records, for every backward, whether no_sync was on."""
+
+    def __init__(self, module: nn.Module):
+        super().__init__()
+        self.module, self.inside, self.no_sync_calls, self.backward_inside = module, False, 0, []
+
+    @contextmanager
+    def no_sync(self):
+        self.no_sync_calls += 1
+        self.inside = True
+        try:
+            yield
+        finally:
+            self.inside = False
+
+    def forward(self, x):
+        out = self.module(x)
+        out.register_hook(lambda grad: self.backward_inside.append(self.inside))
+        return out
+
+
+@pytest.mark.parametrize("accumulate", [1, 3])
+def test_accumulate_skips_gradient_sync_for_all_micro_batches_but_the_last(accumulate):
+    model = NoSyncCounter(plain_model())
+    optimizer, scheduler = make_optimizer(model, d_model=32, warmup_steps=10)
+    trainer = Trainer(model, toy_loss, optimizer, toy_batches, scheduler, max_steps=1, accumulate=accumulate,
+                      progress=False)
+    trainer.fit()
+    assert model.no_sync_calls == accumulate - 1
+    assert model.backward_inside == [True] * (accumulate - 1) + [False]
+
+
+# ---------------------------------------------------------------- validation loss
+def test_validation_loss_is_token_weighted_in_eval_mode_and_restores_the_mode():
+    model = toy_model()
+    batches = [ToyBatch(b.x[:n], b.y[:n]) for b, n in zip(toy_batches(3)[:3], (2, 16, 5))]
+    model.eval()
+    with torch.no_grad():
+        expected = sum(F.cross_entropy(model(b.x), b.y, reduction="sum").item() for b in batches) / (2 + 16 + 5)
+    model.train()
+    got = validation_loss(model, batches, toy_loss)
+    assert math.isclose(got, expected, rel_tol=1e-6)
+    assert model.training                                          # back in training mode
+    assert validation_loss(model, batches, toy_loss) == got        # dropout off: the same every time
+    assert all(p.grad is None for p in model.parameters())         # no gradients
+    model.eval()
+    validation_loss(model, batches, toy_loss)
+    assert not model.training                                      # a model in eval mode stays there
+    with pytest.raises(ValueError, match="no validation batches"):
+        validation_loss(model, [], toy_loss)
+
+
+def test_trainer_stores_valid_loss_in_the_history_without_timing_it_or_changing_training():
+    valid = toy_batches(99)[:2]
+    calls = []
+
+    def slow_validate(model):
+        calls.append(model.training)
+        time.sleep(0.5)
+        return validation_loss(model, valid, toy_loss)
+
+    trainer = toy_trainer(max_steps=20, log_every=5, validate=slow_validate, validate_every=10)
+    losses = recorded(trainer)
+    start = time.perf_counter()
+    trainer.fit()
+    wall = time.perf_counter() - start
+    assert [("valid_loss" in h) for h in trainer.state.history] == [False, True, False, True]
+    assert trainer.state.history[-1]["valid_loss"] == validation_loss(trainer.model, valid, toy_loss)
+    assert len(calls) == 2 and wall - trainer.state.elapsed >= 1.0   # the 1 s of validation is not training time
+    plain = toy_trainer(max_steps=20, log_every=5)
+    plain_losses = recorded(plain)
+    plain.fit()
+    assert losses == plain_losses                                # validating draws no random numbers
+    assert toy_trainer(validate=lambda m: 0.0).validate_every == 5   # default: every log
+
+
+def test_schedule_state_dict_leaves_the_settings_so_a_resumed_run_can_cool_down():
+    optimizer, scheduler = make_optimizer(nn.Linear(3, 3), d_model=64, warmup_steps=10)      # no cooldown
+    for k in range(20):
+        optimizer.step()
+        scheduler.step(progress=(k + 1) / 40)
+    assert "cooldown" not in scheduler.state_dict() and scheduler.state_dict()["progress"] == 0.5
+    cooled_optimizer, cooled = make_optimizer(nn.Linear(3, 3), d_model=64, warmup_steps=10, cooldown=0.25)
+    cooled.load_state_dict(scheduler.state_dict())
+    for k in range(20, 40):
+        cooled_optimizer.step()
+        cooled.step(progress=(k + 1) / 40)
+        expected = noam_lr(k + 2, 64, 10) * min(1.0, (1 - (k + 1) / 40) / 0.25)
+        assert math.isclose(cooled_optimizer.param_groups[0]["lr"], expected, rel_tol=1e-12, abs_tol=1e-15)
+    assert cooled.cooldown == 0.25 and cooled_optimizer.param_groups[0]["lr"] == 0.0
+
+
+@pytest.mark.parametrize("device,amp_dtype", [("cpu", None), ("cpu", "bf16"),
+                                              pytest.param("cuda", None, marks=CUDA),
+                                              pytest.param("cuda", "bf16", marks=CUDA),
+                                              pytest.param("cuda", "fp16", marks=CUDA)])
+def test_accumulating_training_learns(device, amp_dtype):
+    trainer = toy_trainer(max_steps=30, log_every=10, device=device, amp_dtype=amp_dtype, accumulate=2, cooldown=0.2)
+    history = trainer.fit().history
+    assert history[-1]["loss"] < 0.6 * history[0]["loss"] and history[-1]["lr"] == 0.0
+    assert all(h["tokens"] == 10 * 2 * 16 for h in history)           # 10 updates of 2 batches of 16

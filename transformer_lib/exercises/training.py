@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_lib.exercises import run_checker
-from transformer_lib.training import LabelSmoothingLoss, noam_lr
+from transformer_lib.training import LabelSmoothingLoss, cooldown_factor, noam_lr
 
 
 def _close(a, b, tol=1e-5) -> bool:
@@ -113,3 +113,35 @@ def check_gradient_accumulation(your_function) -> bool:
         torch.testing.assert_close(grad, expected, atol=1e-6, rtol=1e-5, msg=lambda m: (
             "the accumulated gradient differs from one pass over all micro-batches together:\n" + m))
     return run_checker("gradient accumulation", your_function, _check)
+
+
+def check_cooldown(your_function) -> bool:
+    """`your_function(step, progress, d_model, warmup_steps, cooldown)` -> eq. 3 at `step` times the linear
+    cooldown ramp min(1, (1 − progress) / cooldown) (1 before the last `cooldown` share of the run, 0 at its end)."""
+    def _check(fn):
+        d_model, warmup = 128, 200
+        for cooldown in (0.25, 0.5):
+            for step, progress in ((1, 0.0), (150, 0.3), (300, 0.74), (310, 0.8), (350, 0.9), (400, 1.0)):
+                noam = noam_lr(step, d_model, warmup)
+                expected = noam * cooldown_factor(progress, cooldown)
+                got = fn(step, progress, d_model, warmup, cooldown)
+                assert isinstance(got, (int, float)) or (torch.is_tensor(got) and got.numel() == 1), \
+                    f"return a number, got {type(got).__name__}"
+                if math.isclose(float(got), expected, rel_tol=1e-6, abs_tol=1e-12):
+                    continue
+                where = f"step={step}, progress={progress}, cooldown={cooldown}"
+                if math.isclose(float(got), noam * (1 - progress), rel_tol=1e-6, abs_tol=1e-12):
+                    raise AssertionError(f"{where}: your ramp starts at the beginning of the run; it must stay at 1 "
+                                         "until the last `cooldown` share: min(1, (1 − progress) / cooldown)")
+                if math.isclose(float(got), noam * (1 - progress) / cooldown, rel_tol=1e-6, abs_tol=1e-12):
+                    raise AssertionError(f"{where}: cap the ramp at 1: before the cooldown the rate is eq. 3 "
+                                         "unchanged, min(1, (1 − progress) / cooldown)")
+                if math.isclose(float(got), noam, rel_tol=1e-6):
+                    raise AssertionError(f"{where}: your rate is eq. 3 unchanged; over the last `cooldown` share of "
+                                         "the run multiply it by (1 − progress) / cooldown, which reaches 0 at the end")
+                if math.isclose(float(got), noam * min(1.0, progress / cooldown), rel_tol=1e-6, abs_tol=1e-12):
+                    raise AssertionError(f"{where}: your ramp rises with progress; it must fall to 0 at "
+                                         "progress 1: use 1 − progress")
+                raise AssertionError(f"{where}: expected {expected:.6g}, got {float(got):.6g}; the rate is "
+                                     "noam_lr(step) · min(1, (1 − progress) / cooldown)")
+    return run_checker("the cooldown", your_function, _check)
