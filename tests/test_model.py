@@ -11,7 +11,8 @@ from torch import nn
 from reference_weights import (DEVICE, FUSED, NORM_FIRST, copy_transformer,
                                count_linear_calls, randomize_norms)
 from transformer_lib.attention import subsequent_mask
-from transformer_lib.model import Transformer, TransformerConfig, build_transformer
+from transformer_lib.model import Transformer, TransformerConfig, build_transformer, set_inner_dropout
+from transformer_lib.multihead import MultiHeadAttention
 
 V, D, H, D_FF, B, S, T, PAD, MAX_LEN = 50, 16, 4, 32, 3, 7, 5, 0, 16
 
@@ -158,6 +159,39 @@ def test_build_transformer_reads_every_config_field():
     assert model.max_len == 20 and model.pad_id == 4 and model.src_embed.embedding.padding_idx == 4
     assert model.encoder.norm is not None and layer.self_attn.fused is False
     assert model.tgt_embed is not model.src_embed
+
+
+
+@pytest.mark.parametrize("attention, activation", [(None, None), (0.0, 0.0), (0.05, None), (None, 0.3)])
+def test_inner_dropout_is_set_apart_from_the_model_dropout(attention, activation):
+    model = build_transformer(TransformerConfig(30, 30, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1,
+                                                n_decoder_layers=2, dropout=0.2, attention_dropout=attention,
+                                                activation_dropout=activation))
+    layers = [*model.encoder.layers, *model.decoder.layers]
+    attention_p = {m.dropout for m in model.modules() if isinstance(m, MultiHeadAttention)}
+    hidden_p = {layer.feed_forward.dropout.p for layer in layers}
+    assert attention_p == {0.2 if attention is None else attention}
+    assert hidden_p == {0.2 if activation is None else activation}
+    assert {layer.sublayers[0].dropout.p for layer in layers} == {0.2} and model.positions.dropout.p == 0.2
+
+
+def test_inner_dropout_without_attention_and_hidden_dropout_changes_nothing_in_eval(batch):
+    torch.manual_seed(0)
+    plain = small_model()
+    paper = small_model()
+    paper.load_state_dict(plain.state_dict())
+    set_inner_dropout(paper, attention=0.0, activation=0.0)
+    src, tgt, src_pad, tgt_pad = batch
+    torch.testing.assert_close(paper.eval()(src, tgt, src_pad, tgt_pad), plain.eval()(src, tgt, src_pad, tgt_pad))
+
+
+@pytest.mark.parametrize("bad", [1.0, -0.1, True, "0.1"])
+def test_inner_dropout_must_be_a_probability(bad):
+    with pytest.raises(ValueError, match="attention_dropout must be None or a number in"):
+        set_inner_dropout(small_model(), attention=bad)
+    with pytest.raises(ValueError, match="activation_dropout must be None or a number in"):
+        build_transformer(TransformerConfig(30, 30, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1,
+                                            n_decoder_layers=1, activation_dropout=bad))
 
 
 BAD_CALLS = [
