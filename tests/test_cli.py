@@ -67,3 +67,20 @@ def test_killed_training_resumes_exactly(tmp_path):
     assert [step for step, *_ in logged(clean_run)] == list(range(10, 101, 10))
     assert logged(killed_run) == logged(clean_run)          # equal per logged step, not just close
     assert not list(killed_run.glob("*.tmp"))
+
+
+def test_train_logs_validation_loss_and_cools_down_to_zero(tmp_path, capsys):
+    from transformer_lib.cli import main
+    run = tmp_path / "run"
+    settings = [arg for arg in TINY if arg != "--no-progress"]
+    settings[settings.index("--max-steps") + 1] = "40"
+    assert main(["train", "--run", str(run), *settings, "--no-progress", "--validate-every", "20",
+                 "--cooldown", "0.5", "--attention-dropout", "0", "--activation-dropout", "0"]) == 0
+    capsys.readouterr()
+    history = json.loads((run / "history.json").read_text())["history"]
+    assert [h["step"] for h in history if "valid_loss" in h] == [20, 40]
+    assert all(0 < h["valid_loss"] < 10 for h in history if "valid_loss" in h)
+    rates = [h["lr"] for h in history]                  # the rate set for the step after each log
+    assert rates[-1] == 0.0 and rates[-2] > 0 and rates[1] > rates[2] > rates[3]   # warm-up, then the cooldown
+    config = json.loads((run / "config.json").read_text())["model"]
+    assert (config["attention_dropout"], config["activation_dropout"]) == (0.0, 0.0)

@@ -87,6 +87,12 @@ def sentence_of(run: Path, n_tokens: int) -> str:
     ("--dropout", "1.5", ["--dropout", "[0, 1)"]),
     ("--time-budget", "0s", ["--time-budget", "duration"]),
     ("--max-len", "1", ["--max-len"]),
+    ("--accumulate", "0", ["--accumulate", "positive"]),
+    ("--accumulate", "1.5", ["--accumulate", "positive integer"]),
+    ("--attention-dropout", "1", ["--attention-dropout", "[0, 1)"]),
+    ("--activation-dropout", "-0.1", ["--activation-dropout", "[0, 1)"]),
+    ("--cooldown", "1", ["--cooldown", "[0, 1)"]),
+    ("--validate-every", "-10", ["--validate-every", ">= 0"]),
 ])
 def test_train_bad_argument_writes_nothing(tmp_path, option, value, words):
     run = tmp_path / "run"
@@ -99,6 +105,8 @@ def test_train_bad_argument_writes_nothing(tmp_path, option, value, words):
     (["--vocab-size", "5"], ["vocab_size=5", "too small"]),                  # the tokenizer's own check
     (["--max-len", "3"], ["length filter removed", "--max-len"]),           # no pair fits
     (["--amp", "fp16"], ["--amp fp16", "CUDA"]),
+    (["--max-tokens", "100000", "--accumulate", "64"], ["batches, fewer than the 64", "--accumulate"]),
+    (["--validate-every", "15"], ["--validate-every", "multiple of 10"]),
 ])
 def test_train_rejected_by_the_library_writes_nothing(tmp_path, extra, words):
     run = tmp_path / "run"
@@ -152,6 +160,16 @@ def test_train_other_configuration_refused_and_run_unchanged(run, extra, words):
     line = assert_refused(train(run, *extra, "--max-steps", "4"), *words, "another configuration")
     assert "d_ff" not in line                       # only the fields that differ are named
     assert snapshot(run) == before
+
+
+def test_train_other_accumulate_refused_and_run_unchanged(run):
+    """Another --accumulate would average other batches per update: refused, with the setting to use."""
+    before = snapshot(run)
+    assert_refused(train(run, "--max-steps", "4", "--accumulate", "2"),
+                   "1 process(es) × --accumulate 1", "this launch has 1 × --accumulate 2", "--accumulate 1")
+    assert snapshot(run) == before
+    meta = json.loads((run / "config.json").read_text())
+    assert (meta["processes"], meta["accumulate"]) == (1, 1)
 
 
 def test_train_resumes_with_its_own_configuration(run):

@@ -25,7 +25,7 @@ def code_of(folder: str) -> str:
 
 
 def test_every_notebook_module_has_checkers():
-    assert len({module for module, _, _ in CHECKERS}) == 13 and len(CHECKERS) >= 26
+    assert len({module for module, _, _ in CHECKERS}) == 14 and len(CHECKERS) >= 28
 
 
 @pytest.mark.parametrize("module, name, check", CHECKERS, ids=[f"{m}.{n}" for m, n, _ in CHECKERS])

@@ -108,3 +108,40 @@ def plot_alignment(alignment, source_words: list[str], target_words: list[str],
     ax.set_title(title)
     fig.colorbar(image, ax=ax, label="1 = words translate each other", shrink=0.7)
     return fig
+
+
+def draw_allreduce(gradients, title: str = "all-reduce: every rank gets the mean gradient"):
+    """Notebook 14's picture of data parallelism: `gradients` (N, 2), one 2-d gradient per rank.
+    Left, the ranks' gradients and their mean as arrows; right, the ranks sending their gradient to
+    the all-reduce and all receiving the same mean. Returns the figure."""
+    import torch
+
+    gradients = torch.as_tensor(gradients, dtype=torch.float32)
+    n = gradients.shape[0]
+    mean = gradients.mean(0)
+    colours = plt.cm.tab10.colors
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [1, 1.3]})
+    for rank, g in enumerate(gradients.tolist()):
+        left.annotate("", xy=g, xytext=(0, 0), arrowprops=dict(arrowstyle="-|>", color=colours[rank], lw=1.8))
+        left.text(g[0] * 1.08, g[1] * 1.08, f"$g_{rank}$ (rank {rank})", color=colours[rank], fontsize=9,
+                  ha="center", va="center")
+    left.annotate("", xy=mean.tolist(), xytext=(0, 0), arrowprops=dict(arrowstyle="-|>", color="black", lw=3))
+    reach = float(gradients.abs().max()) * 1.35 + 0.2
+    left.text(-0.95 * reach, -0.9 * reach, r"black: the mean $\bar g = \frac{1}{N}\sum_r g_r$", fontsize=10)
+    left.set(xlim=(-reach, reach), ylim=(-reach, reach), aspect="equal", xlabel="gradient, coordinate 1",
+             ylabel="gradient, coordinate 2", title="each rank's gradient of its own batch, and the mean")
+    left.axhline(0, color="grey", lw=0.5)
+    left.axvline(0, color="grey", lw=0.5)
+
+    right.set(xlim=(0, 10), ylim=(-0.5, n + 0.5), title=title)
+    right.axis("off")
+    centre = (n - 1) / 2
+    box(right, 5, centre, "all-reduce\n(sum, ÷ N)", "attention", width=2.2, height=1.0)
+    for rank in range(n):
+        y = n - 1 - rank
+        box(right, 1.3, y, f"rank {rank}: $g_{rank}$", "embed", width=2.2, height=0.5)
+        box(right, 8.7, y, rf"rank {rank}: $\bar g$", "ffn", width=2.2, height=0.5)
+        arrow(right, (2.4, y), (3.9, centre + (y - centre) * 0.25), colours[rank])
+        arrow(right, (6.1, centre + (y - centre) * 0.25), (7.6, y), "black")
+    fig.tight_layout()
+    return fig
