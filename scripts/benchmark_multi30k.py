@@ -8,15 +8,19 @@ embeddings) and train on the same batches of at most 2,048 padded tokens a side 
 batch) with label smoothing 0.1 and the paper's warmup schedule. The peer keeps that standard
 recipe: float32, and its last weights are the model. Ours adds three things: bf16 autocast
 (--ours-amp), which makes a CPU step faster where the CPU has bf16 instructions; a cooldown of the
-learning rate to 0 over the last quarter of the time budget (--ours-cooldown); and the paper's
+learning rate to 0 over the last quarter of the time budget (--ours-cooldown, part of the schedule:
+`make_optimizer(..., cooldown=...)` in transformer_lib.training); and the paper's
 averaging of the last 5 checkpoints (§6.1, --ours-average), kept if it scores higher than the last
 weights on the validation set. Both are scored with the same greedy decoding and beam search
 (beam 4, α = 0.6); the validation set is scored too (greedy), for ours before and after averaging.
 
 Reads Multi30k from --data-dir (default $MULTI30K_DIR, else ../shared/data/multi30k beside the repo).
-Writes metrics.json, curves.png, attention.png, samples.md and the trained models' tokenizer into --out.
+Writes metrics.json, curves.png (training and validation loss), attention.png, samples.md and the
+trained models' tokenizer into --out. For choosing a recipe, --valid-only trains and scores the
+validation set only, and never looks at a test set.
 """
 import argparse
+from dataclasses import replace
 import json
 import os
 import platform
@@ -37,7 +41,7 @@ from transformer_lib.evaluation import score_translations, translate  # noqa: E4
 from transformer_lib.model import TransformerConfig, build_transformer  # noqa: E402
 from transformer_lib.tokenization import train_bpe_tokenizer  # noqa: E402
 from transformer_lib.training import (LabelSmoothingLoss, Trainer, WeightAverager, make_optimizer,  # noqa: E402
-                                      translation_loss)
+                                      translation_loss, validation_loss)
 from peer_transformer import PeerTransformer  # noqa: E402
 
 
@@ -46,36 +50,26 @@ def recipe_for(name: str, args) -> dict:
     ours = name == "ours"
     return {"amp": args.ours_amp if ours and args.ours_amp != "none" else None,
             "cooldown": args.ours_cooldown if ours else 0.0,
+            "lr_factor": args.ours_lr_factor if ours and args.ours_lr_factor else args.lr_factor,
+            "attention_dropout": args.ours_attention_dropout if ours else None,
+            "activation_dropout": args.ours_activation_dropout if ours else None,
             "average_last": args.ours_average if ours else 0, "average_every": args.average_every}
 
 
-def time_cooldown(budget_s: float, fraction: float):
-    """An "on_batch_end" callback: over the last `fraction` of the training-time budget, scale the
-    learning rate that the schedule set for the next step down linearly, to 0 when time is up (the
-    decay of a warmup-stable-decay schedule, for a run that stops on time rather than on a step).
-    The Trainer logs before this callback runs, so the `lr` in the history is the schedule's, without
-    the cooldown factor."""
-    if not 0 < fraction <= 1:
-        raise ValueError(f"the cooldown must be a share of the budget in (0, 1], got {fraction}")
-
-    def scale(trainer: Trainer) -> None:
-        factor = min(1.0, max(0.0, (1.0 - trainer.state.elapsed / budget_s) / fraction))
-        for group in trainer.optimizer.param_groups:
-            group["lr"] *= factor
-    return scale
-
-
 def train_one(name: str, model: nn.Module, data: TranslationData, args, pad_id: int,
-              valid_pairs: list, tokenizer) -> dict:
+              valid_pairs: list, tokenizer, max_len: int) -> dict:
     torch.manual_seed(args.seed)
     recipe = recipe_for(name, args)
-    optimizer, scheduler = make_optimizer(model, args.d_model, args.warmup, args.lr_factor)
+    optimizer, scheduler = make_optimizer(model, args.d_model, args.warmup, recipe["lr_factor"],
+                                          cooldown=recipe["cooldown"])
     criterion = LabelSmoothingLoss(args.label_smoothing, ignore_index=pad_id)
-    trainer = Trainer(model, lambda m, b: translation_loss(m, b, criterion), optimizer,
-                      lambda epoch: data.batches(epoch, seed=args.seed), scheduler, amp_dtype=recipe["amp"],
-                      time_budget_s=args.budget, max_steps=args.max_steps, log_every=25, progress=not args.no_progress)
-    if recipe["cooldown"]:
-        trainer.add_callback("on_batch_end", time_cooldown(args.budget, recipe["cooldown"]))
+    loss_fn = lambda m, b: translation_loss(m, b, criterion)   # noqa: E731
+    valid_batches = TranslationData(valid_pairs, tokenizer, args.max_tokens, max_len=max_len).batches(0, shuffle=False)
+    trainer = Trainer(model, loss_fn, optimizer, lambda epoch: data.batches(epoch, seed=args.seed), scheduler,
+                      amp_dtype=recipe["amp"], time_budget_s=args.budget, max_steps=args.max_steps,
+                      log_every=args.log_every,
+                      progress=not args.no_progress, validate=lambda m: validation_loss(m, valid_batches, loss_fn),
+                      validate_every=args.validate_every)
     averager = WeightAverager(args.average_every, recipe["average_last"]).attach(trainer) \
         if recipe["average_last"] else None
     state = trainer.fit()
@@ -152,12 +146,16 @@ def _plot_curves(report: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    for name, result in report["models"].items():
-        steps = [h["step"] for h in result["history"]]
-        left.plot(steps, [h["loss"] for h in result["history"]], label=name)
-        right.plot([h["elapsed"] / 60 for h in result["history"]], [h["accuracy"] for h in result["history"]], label=name)
-    left.set(title="Training loss (label-smoothed)", xlabel="step", ylabel="loss")
-    right.set(title="Training token accuracy", xlabel="training minutes", ylabel="accuracy")
+    for (name, result), colour in zip(report["models"].items(), ("tab:blue", "tab:orange")):
+        history, valid = result["history"], [h for h in result["history"] if "valid_loss" in h]
+        for ax, x in ((left, "step"), (right, "elapsed")):
+            scale = 1 if x == "step" else 1 / 60
+            ax.plot([h[x] * scale for h in history], [h["loss"] for h in history], color=colour,
+                    label=f"{name}, training")
+            ax.plot([h[x] * scale for h in valid], [h["valid_loss"] for h in valid], "--", color=colour,
+                    label=f"{name}, validation")
+    left.set(title="Loss (label-smoothed) against steps", xlabel="step", ylabel="loss")
+    right.set(title="Loss against training time", xlabel="training minutes", ylabel="loss")
     left.legend(); right.legend()
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
@@ -183,6 +181,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lr-factor", type=float, default=1.0)
     p.add_argument("--ours-amp", default="bf16", choices=["bf16", "none"],
                    help="autocast for ours (the peer stays float32); bf16 is faster only on CPUs with bf16 instructions")
+    p.add_argument("--ours-lr-factor", type=float, default=None, help="ours: --lr-factor for ours only")
+    p.add_argument("--ours-attention-dropout", type=float, default=None,
+                   help="ours: dropout on attention weights (default --dropout, as nn.Transformer; 0 = the paper)")
+    p.add_argument("--ours-activation-dropout", type=float, default=None,
+                   help="ours: dropout on feed-forward hidden units (default --dropout; 0 = the paper)")
+    p.add_argument("--log-every", type=int, default=25, help="steps between logged training losses")
+    p.add_argument("--validate-every", type=int, default=100, help="steps between validation losses (a multiple of --log-every)")
+    p.add_argument("--valid-only", action="store_true",
+                   help="choose a recipe: train and score the validation set only (no test set is read)")
     p.add_argument("--ours-cooldown", type=float, default=0.25,
                    help="ours: over this last share of the budget, bring the learning rate linearly down to 0")
     p.add_argument("--ours-average", type=int, default=5,
@@ -204,8 +211,9 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)
     train_pairs = load_pairs("multi30k", "train", data_dir=args.data_dir)
-    test_sets = {split: load_pairs("multi30k", split, data_dir=args.data_dir, limit=args.test_limit)
-                 for split in ("test_2016", "test_2017")}
+    test_sets = {} if args.valid_only else {
+        split: load_pairs("multi30k", split, data_dir=args.data_dir, limit=args.test_limit)
+        for split in ("test_2016", "test_2017")}
     valid_pairs = load_pairs("multi30k", "valid", data_dir=args.data_dir, limit=args.test_limit)
     # The BPE training is deterministic, so separate processes (one per model) share one vocabulary.
     tokenizer = train_bpe_tokenizer([s for pair in train_pairs for s in pair], vocab_size=args.vocab_size)
@@ -216,7 +224,9 @@ def main() -> None:
     beams = [int(b) for b in args.beams.split(",")]
     for name in args.models.split(","):
         torch.manual_seed(args.seed)
-        model = build_transformer(config) if name == "ours" else PeerTransformer(config)
+        model = build_transformer(replace(config, attention_dropout=args.ours_attention_dropout,
+                                          activation_dropout=args.ours_activation_dropout)) \
+            if name == "ours" else PeerTransformer(config)
         weights = args.weights_dir / f"multi30k_{name}.pt"
         if args.eval_only:   # re-score saved weights (e.g. after a decoding change), keep the training record
             model.load_state_dict(torch.load(weights, weights_only=True))
@@ -226,12 +236,15 @@ def main() -> None:
             if "valid_greedy" not in result and not result["recipe"]["average_last"]:
                 result["valid_greedy"] = {"last_weights": bleu_of(model, tokenizer, valid_pairs)}   # = saved weights
         else:
-            result = train_one(name, model, data, args, tokenizer.pad_id, valid_pairs, tokenizer)
+            result = train_one(name, model, data, args, tokenizer.pad_id, valid_pairs, tokenizer, config.max_len)
             weights.parent.mkdir(parents=True, exist_ok=True)
             torch.save(model.state_dict(), weights)        # runs/ is not committed
             result.update(command="python scripts/benchmark_multi30k.py " + " ".join(sys.argv[1:]),
                           hardware=_hardware(), config={k: str(v) if isinstance(v, Path) else v
                                                         for k, v in vars(args).items()} | {"model": vars(config)})
+            if args.valid_only:
+                (args.out / f"model_{name}.json").write_text(json.dumps(result, indent=1))
+                continue
         scores, outputs = evaluate_one(model, tokenizer, test_sets, beams=beams)
         result["test"] = scores
         (args.out / f"model_{name}.json").write_text(json.dumps(result, indent=1))
@@ -240,6 +253,8 @@ def main() -> None:
             (args.out / f"hypotheses_{name}_{split}_{decoding}.txt").write_text("\n".join(hypotheses) + "\n")
         if name == "ours":
             _plot_attention(model, tokenizer, test_sets["test_2016"][0][0], args.out / "attention.png")
+    if args.valid_only:
+        return
     report = _assemble(args.out, train_pairs, test_sets, tokenizer)
     print(json.dumps({n: {"steps": m["steps"], "test": m["test"]} for n, m in report["models"].items()}, indent=1))
 

@@ -20,7 +20,7 @@ def test_benchmark_smoke_run(tmp_path):
     out = tmp_path / "results"
     command = [sys.executable, str(REPO / "scripts" / "benchmark_multi30k.py"), "--data-dir", str(data_dir),
                "--out", str(out), "--weights-dir", str(tmp_path / "runs"), "--max-steps", "4", "--budget", "10m",
-               "--average-every", "2", "--ours-average", "2", "--ours-cooldown", "0.5", "--test-limit", "3", "--d-model", "32",
+               "--average-every", "2", "--ours-average", "2", "--ours-cooldown", "0.5", "--test-limit", "3", "--log-every", "2", "--validate-every", "4", "--d-model", "32",
                "--d-ff", "64", "--layers", "1", "--vocab-size", "1000", "--threads", "1", "--no-progress"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -29,6 +29,8 @@ def test_benchmark_smoke_run(tmp_path):
     assert ours["steps"] == peer["steps"] == 4
     assert ours["recipe"]["averaged_steps"] == [2, 4] and peer["recipe"]["average_last"] == 0
     assert ours["recipe"]["kept"] in ("last_weights", "averaged_weights") and peer["recipe"]["cooldown"] == 0
+    assert ours["history"][-1]["lr"] == 0.0       # the cooldown ends the schedule at 0 (max-steps 4, cooldown 0.5)
+    assert [h["step"] for h in ours["history"] if "valid_loss" in h] == [4]
     assert set(ours["valid_greedy"]) == {"last_weights", "averaged_weights"} and set(peer["valid_greedy"]) == {
         "last_weights"}
     for result in (ours, peer):
@@ -36,21 +38,3 @@ def test_benchmark_smoke_run(tmp_path):
     assert len((out / "hypotheses_peer_test_2017_beam4.txt").read_text().splitlines()) == 3
     for name in ("curves.png", "attention.png", "samples.md", "tokenizer.json"):
         assert (out / name).is_file(), name
-
-
-def test_time_cooldown_brings_the_rate_linearly_to_zero():
-    sys.path.insert(0, str(REPO / "scripts"))
-    from benchmark_multi30k import time_cooldown
-
-    class FakeTrainer:                       # only what the callback reads and writes
-        def __init__(self, elapsed):
-            self.state = type("State", (), {"elapsed": elapsed})()
-            self.optimizer = type("Optimizer", (), {"param_groups": [{"lr": 2.0}]})()
-
-    scale = time_cooldown(budget_s=100.0, fraction=0.25)
-    for elapsed, expected in ((10.0, 2.0), (75.0, 2.0), (87.5, 1.0), (100.0, 0.0), (130.0, 0.0)):
-        trainer = FakeTrainer(elapsed)
-        scale(trainer)
-        assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(expected), elapsed
-    with pytest.raises(ValueError, match=r"share of the budget in \(0, 1\]"):
-        time_cooldown(100.0, 0.0)
