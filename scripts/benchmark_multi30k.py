@@ -6,8 +6,9 @@ batches, training-time budget and decoding; sacreBLEU on test_2016_flickr and te
 Both models have the same architecture (pre-LN, d_model 256, 3+3 layers, shared 8k BPE, tied
 embeddings) and train on the same batches of at most 2,048 padded tokens a side (about 4k tokens a
 batch) with label smoothing 0.1 and the paper's warmup schedule. The peer keeps that standard
-recipe: float32, and its last weights are the model. Ours adds three things: bf16 autocast
-(--ours-amp), which makes a CPU step faster where the CPU has bf16 instructions; a cooldown of the
+recipe: float32, and its last weights are the model. Ours adds three things: bf16 autocast where it
+pays (--ours-amp auto times a few steps of both precisions on this machine first, and takes bf16
+only if it is faster: it is on CPUs with fast bf16 instructions, not on others); a cooldown of the
 learning rate to 0 over the last quarter of the time budget (--ours-cooldown, part of the schedule:
 `make_optimizer(..., cooldown=...)` in transformer_lib.training); and the paper's
 averaging of the last 5 checkpoints (§6.1, --ours-average), kept if it scores higher than the last
@@ -20,12 +21,14 @@ trained models' tokenizer into --out. For choosing a recipe, --valid-only trains
 validation set only, and never looks at a test set.
 """
 import argparse
-from dataclasses import replace
+import copy
 import json
 import os
 import platform
+import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -46,9 +49,9 @@ from peer_transformer import PeerTransformer  # noqa: E402
 
 
 def recipe_for(name: str, args) -> dict:
-    """What differs between the two models: only ours gets bf16 autocast, the cooldown and averaging."""
+    """What differs between the two models: only ours gets autocast, the cooldown, averaging and its own options."""
     ours = name == "ours"
-    return {"amp": args.ours_amp if ours and args.ours_amp != "none" else None,
+    return {"amp": args.ours_amp if ours and args.ours_amp != "none" else None,   # "auto": decided by measuring
             "cooldown": args.ours_cooldown if ours else 0.0,
             "lr_factor": args.ours_lr_factor if ours and args.ours_lr_factor else args.lr_factor,
             "attention_dropout": args.ours_attention_dropout if ours else None,
@@ -56,17 +59,48 @@ def recipe_for(name: str, args) -> dict:
             "average_last": args.ours_average if ours else 0, "average_every": args.average_every}
 
 
+def faster_autocast(model: nn.Module, batches: list, loss_fn, rounds: int = 3) -> tuple[str | None, dict]:
+    """"bf16" or None (float32), whichever trains `model` faster on `batches` on this machine: a copy of
+    the model takes `rounds` passes over the batches in each precision, in turn, after one warm-up pass
+    each (the model itself is untouched). bf16 must win by 5% to be chosen. Returns (choice, seconds)."""
+    probe = copy.deepcopy(model).train()
+    optimizer = torch.optim.Adam(probe.parameters(), lr=1e-6)
+    seconds = {"float32": [], "bf16": []}
+    for round_ in range(rounds + 1):
+        for precision in seconds:
+            start = time.perf_counter()
+            for batch in batches:
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+                    loss, _ = loss_fn(probe, batch)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+            if round_:                                   # the first round warms up
+                seconds[precision].append(time.perf_counter() - start)
+    median = {k: round(statistics.median(v), 3) for k, v in seconds.items()}
+    return ("bf16" if median["bf16"] < 0.95 * median["float32"] else None), median
+
+
 def train_one(name: str, model: nn.Module, data: TranslationData, args, pad_id: int,
               valid_pairs: list, tokenizer, max_len: int) -> dict:
-    torch.manual_seed(args.seed)
     recipe = recipe_for(name, args)
+    budget = args.budget
+    if recipe["amp"] == "auto":      # chosen per machine, by measuring; the probe's time counts against the budget
+        start = time.perf_counter()
+        criterion = LabelSmoothingLoss(args.label_smoothing, ignore_index=pad_id)
+        recipe["amp"], recipe["amp_probe_seconds"] = faster_autocast(
+            model, data.batches(0, seed=args.seed)[:4], lambda m, b: translation_loss(m, b, criterion))
+        budget -= time.perf_counter() - start
+        print(f"[{name}] autocast chosen by measurement: {recipe['amp'] or 'float32'} "
+              f"{recipe['amp_probe_seconds']}", file=sys.stderr)
+    torch.manual_seed(args.seed)
     optimizer, scheduler = make_optimizer(model, args.d_model, args.warmup, recipe["lr_factor"],
                                           cooldown=recipe["cooldown"])
     criterion = LabelSmoothingLoss(args.label_smoothing, ignore_index=pad_id)
     loss_fn = lambda m, b: translation_loss(m, b, criterion)   # noqa: E731
     valid_batches = TranslationData(valid_pairs, tokenizer, args.max_tokens, max_len=max_len).batches(0, shuffle=False)
     trainer = Trainer(model, loss_fn, optimizer, lambda epoch: data.batches(epoch, seed=args.seed), scheduler,
-                      amp_dtype=recipe["amp"], time_budget_s=args.budget, max_steps=args.max_steps,
+                      amp_dtype=recipe["amp"], time_budget_s=budget, max_steps=args.max_steps,
                       log_every=args.log_every,
                       progress=not args.no_progress, validate=lambda m: validation_loss(m, valid_batches, loss_fn),
                       validate_every=args.validate_every)
@@ -179,8 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens", type=int, default=2048, help="padded tokens a batch, on each side")
     p.add_argument("--warmup", type=int, default=400)
     p.add_argument("--lr-factor", type=float, default=1.0)
-    p.add_argument("--ours-amp", default="bf16", choices=["bf16", "none"],
-                   help="autocast for ours (the peer stays float32); bf16 is faster only on CPUs with bf16 instructions")
+    p.add_argument("--ours-amp", default="auto", choices=["auto", "bf16", "none"],
+                   help="autocast for ours (the peer stays float32); auto times a few steps of both on this machine "
+                        "and takes bf16 only if it is faster (it is only on CPUs with fast bf16 instructions)")
     p.add_argument("--ours-lr-factor", type=float, default=None, help="ours: --lr-factor for ours only")
     p.add_argument("--ours-attention-dropout", type=float, default=None,
                    help="ours: dropout on attention weights (default --dropout, as nn.Transformer; 0 = the paper)")

@@ -31,6 +31,8 @@ def test_benchmark_smoke_run(tmp_path):
     assert ours["recipe"]["kept"] in ("last_weights", "averaged_weights") and peer["recipe"]["cooldown"] == 0
     assert ours["history"][-1]["lr"] == 0.0       # the cooldown ends the schedule at 0 (max-steps 4, cooldown 0.5)
     assert [h["step"] for h in ours["history"] if "valid_loss" in h] == [4]
+    # --ours-amp auto: bf16 only if a few timed steps on this machine say it is faster
+    assert ours["recipe"]["amp"] in ("bf16", None) and set(ours["recipe"]["amp_probe_seconds"]) == {"float32", "bf16"}
     assert set(ours["valid_greedy"]) == {"last_weights", "averaged_weights"} and set(peer["valid_greedy"]) == {
         "last_weights"}
     for result in (ours, peer):
