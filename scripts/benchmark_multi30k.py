@@ -11,7 +11,9 @@ batch) with label smoothing 0.1 and the paper's warmup schedule. The peer keeps 
 recipe: float32, dropout 0.1 wherever nn.Transformer puts it, and its last weights are the model.
 Ours drops out only what the paper does (residual branches and embeddings; not the attention
 weights or the feed-forward hidden units: --ours-attention-dropout and --ours-activation-dropout,
-chosen on the validation set) and adds three things: bf16 autocast where it
+chosen on the validation set), draws its attention projections as nn.MultiheadAttention does (W^Q,
+W^K, W^V as one packed Xavier matrix, zero biases: --ours-init torch, also chosen on the validation
+set; the library's own init draws each D x D matrix alone), and adds three things: bf16 autocast where it
 pays (--ours-amp auto times a few steps of both precisions on this machine first, and takes bf16
 only if it is faster: it is on CPUs with fast bf16 instructions, not on others); a cooldown of the
 learning rate to 0 over the last quarter of the time budget (--ours-cooldown, part of the schedule:
@@ -48,6 +50,7 @@ from transformer_lib.cli import parse_duration  # noqa: E402
 from transformer_lib.data import TranslationData, load_pairs  # noqa: E402
 from transformer_lib.evaluation import score_translations, translate  # noqa: E402
 from transformer_lib.model import TransformerConfig, build_transformer  # noqa: E402
+from transformer_lib.multihead import MultiHeadAttention  # noqa: E402
 from transformer_lib.tokenization import train_bpe_tokenizer  # noqa: E402
 from transformer_lib.training import (LabelSmoothingLoss, Trainer, WeightAverager, make_optimizer,  # noqa: E402
                                       translation_loss, validation_loss)
@@ -60,9 +63,28 @@ def recipe_for(name: str, args) -> dict:
     return {"amp": args.ours_amp if ours and args.ours_amp != "none" else None,   # "auto": decided by measuring
             "cooldown": args.ours_cooldown if ours else 0.0,
             "lr_factor": args.ours_lr_factor if ours and args.ours_lr_factor else args.lr_factor,
+            "init": args.ours_init if ours else "torch",
             "attention_dropout": args.ours_attention_dropout if ours else None,
             "activation_dropout": args.ours_activation_dropout if ours else None,
             "average_last": args.ours_average if ours else 0, "average_every": args.average_every}
+
+
+def init_attention_like_torch(model: nn.Module) -> nn.Module:
+    """Re-draw every attention projection of our model as nn.MultiheadAttention draws its own: W^Q, W^K
+    and W^V as one Xavier-uniform (3D x D) matrix, so each is drawn with the bound sqrt(6 / 4D), not the
+    sqrt(6 / 2D) of a D x D matrix, and zero biases on Q, K, V and the output. Smaller queries and keys
+    start every head closer to uniform attention."""
+    for module in model.modules():
+        if isinstance(module, MultiHeadAttention):
+            packed = torch.empty(3 * module.d_model, module.d_model)
+            nn.init.xavier_uniform_(packed)
+            with torch.no_grad():
+                for proj, rows in zip((module.q_proj, module.k_proj, module.v_proj), packed.chunk(3)):
+                    proj.weight.copy_(rows)
+                for proj in (module.q_proj, module.k_proj, module.v_proj, module.out_proj):
+                    if proj.bias is not None:
+                        proj.bias.zero_()
+    return model
 
 
 def faster_autocast(model: nn.Module, batches: list, loss_fn, rounds: int = 3) -> tuple[str | None, dict]:
@@ -229,6 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ours: dropout on attention weights (0 = the paper; nn.Transformer uses --dropout)")
     p.add_argument("--ours-activation-dropout", type=float, default=0.0,
                    help="ours: dropout on feed-forward hidden units (0 = the paper; nn.Transformer uses --dropout)")
+    p.add_argument("--ours-init", default="torch", choices=["ours", "torch"],
+                   help="ours: the library's initialisation, or attention projections drawn as nn.MultiheadAttention "
+                        "draws them (packed Q/K/V Xavier, zero biases)")
     p.add_argument("--log-every", type=int, default=25, help="steps between logged training losses")
     p.add_argument("--validate-every", type=int, default=100, help="steps between validation losses (a multiple of --log-every)")
     p.add_argument("--valid-only", action="store_true",
@@ -278,6 +303,8 @@ def main() -> None:
         model = build_transformer(replace(config, attention_dropout=args.ours_attention_dropout,
                                           activation_dropout=args.ours_activation_dropout)) \
             if name == "ours" else PeerTransformer(config)
+        if name == "ours" and args.ours_init == "torch":
+            init_attention_like_torch(model)
         weights = args.weights_dir / f"multi30k_{name}.pt"
         if args.eval_only:   # re-score saved weights (e.g. after a decoding change), keep the training record
             model.load_state_dict(torch.load(weights, weights_only=True))
@@ -291,8 +318,7 @@ def main() -> None:
             weights.parent.mkdir(parents=True, exist_ok=True)
             torch.save(model.state_dict(), weights)        # runs/ is not committed
             result.update(command="python scripts/benchmark_multi30k.py " + " ".join(sys.argv[1:]),
-                          hardware=_hardware(), config={k: str(v) if isinstance(v, Path) else v
-                                                        for k, v in vars(args).items()} | {"model": vars(config)})
+                          hardware=_hardware(), config={k: _portable(v) for k, v in vars(args).items()} | {"model": vars(config)})
             if args.valid_only:
                 (args.out / f"model_{name}.json").write_text(json.dumps(result, indent=1))
                 continue
@@ -335,6 +361,13 @@ def summarize(results: Path) -> dict:
                "seeds": sorted(reports), "models": models}
     (results / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
+
+
+def _portable(value):
+    """A path as recorded in metrics.json: relative to the repository where it lies inside it."""
+    if not isinstance(value, Path):
+        return value
+    return str(value.resolve().relative_to(ROOT)) if value.resolve().is_relative_to(ROOT) else str(value)
 
 
 def _cpu_name() -> str:

@@ -1,14 +1,18 @@
 """scripts/benchmark_multi30k.py runs end to end on the real Multi30k files (a few steps, a few
 test sentences): both models train, are scored, and the report is assembled. The full run is one
 command in README.md; its committed results are checked by tests/test_results.py."""
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
+from torch import nn
 
 from transformer_lib.data import multi30k_dir
+from transformer_lib.multihead import MultiHeadAttention
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -40,3 +44,26 @@ def test_benchmark_smoke_run(tmp_path):
     assert len((out / "hypotheses_peer_test_2017_beam4.txt").read_text().splitlines()) == 3
     for name in ("curves.png", "attention.png", "samples.md", "tokenizer.json"):
         assert (out / name).is_file(), name
+
+
+def _benchmark_module():
+    spec = importlib.util.spec_from_file_location("benchmark", REPO / "scripts" / "benchmark_multi30k.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_attention_init_like_torch_draws_what_nn_multihead_attention_draws():
+    init_attention_like_torch = _benchmark_module().init_attention_like_torch
+    ours, theirs = MultiHeadAttention(32, 4), nn.MultiheadAttention(32, 4)
+    out_weight = ours.out_proj.weight.detach().clone()
+    torch.manual_seed(7)
+    init_attention_like_torch(ours)
+    torch.manual_seed(7)
+    theirs._reset_parameters()        # Xavier on the packed (3D, D) in_proj_weight first, then zero biases
+    packed = torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight])
+    torch.testing.assert_close(packed, theirs.in_proj_weight, rtol=0, atol=0)
+    assert packed.abs().max() <= (6 / (4 * 32)) ** 0.5     # the bound of a 3D x D matrix, not of D x D
+    for proj in (ours.q_proj, ours.k_proj, ours.v_proj, ours.out_proj):
+        assert torch.count_nonzero(proj.bias) == 0
+    torch.testing.assert_close(ours.out_proj.weight, out_weight, rtol=0, atol=0)   # W^O keeps its D x D Xavier
