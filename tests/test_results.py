@@ -40,6 +40,9 @@ def test_metrics_name_both_models_and_full_test_sets(seed):
     assert metrics["data"]["test_2016_pairs"] == 1000 and metrics["data"]["test_2017_pairs"] == 1000
     for result in metrics["models"].values():
         assert result["command"].startswith("python scripts/benchmark_multi30k.py")
+        if "--valid-only" in result["command"]:   # trained without a test set: the test scores come from --eval-only
+            assert "--eval-only" in result["eval_command"]
+            assert f"--seed {result['config']['seed']}" in result["eval_command"]
         assert result["config"]["seed"] == int(seed.removeprefix("seed_"))
         assert result["steps"] > 0 and result["train_seconds"] > 0 and result["target_tokens_per_second"] > 0
         assert result["history"][-1]["step"] <= result["steps"]
