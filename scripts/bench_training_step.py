@@ -6,7 +6,9 @@ loss, backward, gradient clipping, Adam step: the Trainer's step) of
 - the peer: `nn.Transformer` dressed as our model (scripts/peer_transformer.py), float32, eager;
 - ours in float32, eager (the like-for-like comparison), and ours under bf16 autocast;
 - ours under bf16 with dropout where the paper puts it (§5.4: sublayer outputs and embeddings, not
-  attention weights and feed-forward hidden units: `attention_dropout=0, activation_dropout=0`);
+  attention weights and feed-forward hidden units: `attention_dropout=0, activation_dropout=0`),
+  with the fused attention (`F.scaled_dot_product_attention`, the default) and with the explicit
+  one (`fused_attention=False`, notebook 05's formula): which is faster depends on the kernels;
 - ours compiled with `torch.compile` (`Transformer.compile(dynamic=True)`, as `train --compile`
   does), in float32 and in bf16,
 
@@ -45,11 +47,13 @@ from peer_transformer import PeerTransformer  # noqa: E402
 from transformer_lib.data import Batch, TranslationData, load_pairs  # noqa: E402
 from transformer_lib.model import (TransformerConfig, build_transformer, set_inner_dropout,  # noqa: E402
                                    transformer_flops)
+from transformer_lib.multihead import MultiHeadAttention  # noqa: E402
 from transformer_lib.tokenization import SubwordTokenizer  # noqa: E402
 from transformer_lib.training import LabelSmoothingLoss, translation_loss  # noqa: E402
 
-VARIANTS = ("peer fp32", "ours fp32", "ours bf16", "ours bf16, paper dropout", "ours fp32 compiled",
-            "ours bf16 compiled")
+VARIANTS = ("peer fp32", "ours fp32", "ours bf16", "ours bf16, paper dropout",
+            "ours bf16, paper dropout, explicit attention", "ours fp32 compiled", "ours bf16 compiled")
+TOKENIZER = ROOT / "results" / "multi30k" / "seed_0" / "tokenizer.json"   # the Multi30k benchmark's vocabulary
 
 
 def training_step(model: nn.Module, bf16: bool, pad_id: int):
@@ -80,6 +84,10 @@ def build_variants(config: TransformerConfig, compile_: bool) -> dict:
         model = copy.deepcopy(ours)
         if "paper dropout" in name:          # no dropout on attention weights and hidden units (§5.4)
             set_inner_dropout(model, attention=0.0, activation=0.0)
+        if "explicit attention" in name:     # softmax(QK^T/sqrt(d_k))V written out, not the fused kernel
+            for module in model.modules():
+                if isinstance(module, MultiHeadAttention):
+                    module.fused = False
         if "compiled" in name:
             model.compile(dynamic=True)      # one graph for every batch shape, as `train --compile`
         variants[name] = training_step(model, "bf16" in name, config.pad_id)
@@ -157,7 +165,7 @@ def report(title: str, config, batches, seconds: dict, first: dict, peaks: dict)
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data-dir", default=os.environ.get("MULTI30K_DIR", str(ROOT.parent / "shared/data/multi30k")))
-    p.add_argument("--tokenizer", type=Path, default=ROOT / "results" / "multi30k" / "tokenizer.json")
+    p.add_argument("--tokenizer", type=Path, default=TOKENIZER)
     p.add_argument("--real-batches", type=int, default=8, help="Multi30k batches timed in each round")
     p.add_argument("--max-tokens", type=int, default=2048)
     p.add_argument("--threads", type=int, default=2, help="threads for the real batches")
