@@ -1,8 +1,19 @@
-"""Choose where tensors live: CUDA, then Apple's MPS, then the CPU.
+"""Choose where tensors live (CUDA, then Apple's MPS, then the CPU) and which mixed precision fits the
+hardware there: bf16 where the hardware has it, fp16 with a GradScaler on older GPUs, float32 elsewhere.
 
-Hand-written, not exported: every notebook's device cell calls it, so no one notebook is its home.
+Hand-written, not exported: every notebook's device cell calls it, and the command line, the Trainer
+and the benchmarks share its precision rule, so no one notebook is its home.
 """
+import copy
+import statistics
+import time
+from typing import Callable
+
 import torch
+from torch import nn
+
+# bf16 is chosen on a CPU only when it trains at least this much faster than float32 (5 %).
+CPU_BF16_MARGIN = 0.95
 
 
 def pick_device(prefer: str | None = None) -> torch.device:
@@ -14,3 +25,72 @@ def pick_device(prefer: str | None = None) -> torch.device:
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
         return torch.device("mps")
     return torch.device("cpu")
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU has bf16 instructions (x86 AVX512_BF16 or AMX). Without them bf16 is emulated
+    with float32 arithmetic plus conversions, and autocast makes training slower, never faster."""
+    for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):   # torch >= 2.2 has both
+        if getattr(torch.cpu, probe, lambda: False)():
+            return True
+    capability = str(torch.backends.cpu.get_cpu_capability()).upper()     # e.g. "AVX512", "AVX512_BF16"
+    return "BF16" in capability or "AMX" in capability
+
+
+def faster_cpu_autocast(model: nn.Module, batches: list, loss_fn: Callable, rounds: int = 3
+                        ) -> tuple[str | None, dict]:
+    """"bf16" or None (float32), whichever trains `model` faster on `batches` on this CPU: a copy of the
+    model takes `rounds` passes over the batches in each precision, in turn, after one warm-up pass each.
+    bf16 must win by 5 % to be chosen. The model and torch's random state are left untouched.
+
+    Args:
+        model: on the CPU; copied, never changed.
+        batches: a few training batches (e.g. the first 4 of an epoch), on the CPU.
+        loss_fn: (model, batch) -> (loss, stats), as for the Trainer.
+    Returns:
+        (choice, {"float32": median seconds per pass, "bf16": ...})
+    """
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds must be a positive int, got {rounds!r}")
+    if not batches:
+        raise ValueError("faster_cpu_autocast needs at least one batch to time")
+    seconds = {"float32": [], "bf16": []}
+    with torch.random.fork_rng(devices=[]):          # dropout here must not shift the run's random stream
+        probe = copy.deepcopy(model).train()
+        optimizer = torch.optim.Adam(probe.parameters(), lr=1e-6)
+        for round_ in range(rounds + 1):
+            for precision in seconds:
+                start = time.perf_counter()
+                for batch in batches:
+                    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+                        loss, _ = loss_fn(probe, batch)
+                    optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    optimizer.step()
+                if round_:                           # the first round warms up
+                    seconds[precision].append(time.perf_counter() - start)
+    median = {name: round(statistics.median(times), 3) for name, times in seconds.items()}
+    return ("bf16" if median["bf16"] < CPU_BF16_MARGIN * median["float32"] else None), median
+
+
+def pick_amp(device, model: nn.Module | None = None, batches: list | None = None,
+             loss_fn: Callable | None = None) -> str | None:
+    """The mixed precision that pays on `device`: "bf16", "fp16" (with a GradScaler) or None (float32).
+
+    * CUDA: "bf16" on compute capability >= 8.0 (A100, H100, RTX 30xx and later), which has bf16
+      units; "fp16" below (V100, T4: there `torch.cuda.is_bf16_supported()` may say True, but bf16
+      runs emulated and slowly).
+    * CPU: None without bf16 instructions (`cpu_has_native_bf16`); with them, "bf16" only if
+      `faster_cpu_autocast(model, batches, loss_fn)` measures it 5 % faster, so None when no
+      model, batches and loss_fn are given to measure with.
+    * MPS and anything else: None.
+    """
+    device = torch.device(device)
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        return "bf16" if (major, minor) >= (8, 0) else "fp16"
+    if device.type != "cpu" or not cpu_has_native_bf16():
+        return None
+    if model is None or not batches or loss_fn is None:
+        return None
+    return faster_cpu_autocast(model, batches, loss_fn)[0]
