@@ -1,8 +1,12 @@
-"""The checkers of notebook 02's exercises: plausible slips -> a clear error, right -> True.
+"""The checkers of notebook 02's exercises: plausible slips -> a message that names them, right answers
+(several ways of writing them) -> "correct".
 (Every checker's unfilled stub is tested in tests/test_exercises.py.)"""
+import contextlib
+import io
 import math
 
 import pytest
+import torch
 import torch.nn.functional as F
 from torch import nn
 
@@ -10,24 +14,50 @@ from transformer_lib.embeddings import TokenEmbedding
 from transformer_lib.exercises.embeddings import check_one_hot_lookup, check_scaled_embedding
 
 
+def accepted(check, answer) -> bool:
+    """The checker printed "correct: ..." (and only that) and returned None."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        result = check(answer)
+    return result is None and out.getvalue().startswith("correct: ") and out.getvalue().count("\n") == 1
+
+
 def lookup(tokens, weight):
     return F.one_hot(tokens, num_classes=weight.size(0)).to(weight.dtype) @ weight
 
 
+def lookup_einsum(tokens, weight):
+    return torch.einsum("blv,vd->bld", F.one_hot(tokens, weight.size(0)).type_as(weight), weight)
+
+
+def lookup_by_sum(tokens, weight):
+    one_hot = F.one_hot(tokens, weight.size(0)).float()                  # (B, L, V)
+    return (one_hot[..., None] * weight).sum(dim=-2)                     # (B, L, V, D) summed over V
+
+
+def lookup_matmul_2d(tokens, weight):
+    flat = F.one_hot(tokens.reshape(-1), weight.size(0)).to(weight.dtype)  # (B·L, V)
+    return torch.matmul(flat, weight).reshape(*tokens.shape, -1)
+
+
 @pytest.mark.parametrize("wrong, message", [
-    (lambda tokens, weight: F.one_hot(tokens).float() @ weight, "num_classes"),
-    (lambda tokens, weight: F.one_hot(tokens, weight.size(0)) @ weight, "dtype"),
+    (lambda tokens, weight: F.one_hot(tokens).float() @ weight, "raised RuntimeError.*num_classes"),
+    (lambda tokens, weight: F.one_hot(tokens, weight.size(0)) @ weight, "raised RuntimeError.*dtype"),
+    (lambda tokens, weight: weight @ F.one_hot(tokens, weight.size(0)).float(), "raised RuntimeError.*fit together"),
     (lambda tokens, weight: lookup(tokens, weight).detach(), "differentiable"),
     (lambda tokens, weight: lookup(tokens.clamp(max=3), weight), "pick row t"),
+    (lambda tokens, weight: F.one_hot(tokens, weight.size(0)).double() @ weight.double(), "dtype torch.float64"),
+    (lambda tokens, weight: weight[tokens], "that is a lookup"),
+    (lambda tokens, weight: F.embedding(tokens, weight), "that is a lookup"),
 ])
 def test_lookup_slips_are_named(wrong, message):
     with pytest.raises(AssertionError, match=message):
         check_one_hot_lookup(wrong)
 
 
-def test_lookup_right_answer(capsys):
-    assert check_one_hot_lookup(lookup) is True
-    assert "correct" in capsys.readouterr().out
+@pytest.mark.parametrize("right", [lookup, lookup_einsum, lookup_by_sum, lookup_matmul_2d])
+def test_lookup_right_answers(right):
+    assert accepted(check_one_hot_lookup, right)
 
 
 class Scaled(nn.Module):
@@ -41,17 +71,35 @@ class Scaled(nn.Module):
         return self.lut(tokens) * self.scale
 
 
+class ScaledParameter(nn.Module):
+    """Another right answer: a bare nn.Parameter, indexed, and the scale computed in forward."""
+
+    def __init__(self, vocab_size, d_model):
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(vocab_size, d_model) / math.sqrt(d_model))
+
+    def forward(self, tokens):
+        return self.table[tokens] * self.table.size(1) ** 0.5
+
+
+class ScaledBrokenForward(Scaled):
+    def forward(self, tokens):
+        return self.lut(tokens.float()) * self.scale
+
+
 @pytest.mark.parametrize("wrong, message", [
-    (lambda v, d: Scaled(v, d, scale=1.0), "sqrt"),
+    (lambda v, d: Scaled(v, d, scale=1.0), "raw table row: multiply it by sqrt"),
     (lambda v, d: Scaled(v, d, scale=d), "multiplied by d_model"),
+    (lambda v, d: Scaled(v, d, scale=d ** -0.5), "divided by sqrt\\(d_model\\)"),
     (lambda v, d: Scaled(v, d, std=1.0), "N\\(0, 1/d_model\\)"),
+    (lambda v, d: Scaled(v, d, std=1 / d), "VARIANCE 1/d_model"),
+    (ScaledBrokenForward, "raised RuntimeError .* when embedding token ids"),
 ])
 def test_scaled_slips_are_named(wrong, message):
     with pytest.raises(AssertionError, match=message):
         check_scaled_embedding(wrong)
 
 
-@pytest.mark.parametrize("right", [Scaled, TokenEmbedding])
-def test_scaled_right_answers(right, capsys):
-    assert check_scaled_embedding(right) is True
-    assert "correct" in capsys.readouterr().out
+@pytest.mark.parametrize("right", [Scaled, TokenEmbedding, ScaledParameter])
+def test_scaled_right_answers(right):
+    assert accepted(check_scaled_embedding, right)

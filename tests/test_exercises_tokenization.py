@@ -1,8 +1,19 @@
-"""The checkers of notebook 01's exercises: plausible slips -> a clear error, right -> True.
-(Every checker's unfilled stub is tested in tests/test_exercises.py.)"""
+"""The checkers of notebook 01's exercises: plausible slips -> a message that names them, right answers
+(several ways of writing them) -> "correct". (Every checker's unfilled stub is tested in tests/test_exercises.py.)"""
+import contextlib
+import io
+
 import pytest
 
 from transformer_lib.exercises.tokenization import check_join_pieces, check_word_tokenizer
+
+
+def accepted(check, answer) -> bool:
+    """The checker printed "correct: ..." (and only that) and returned None."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        result = check(answer)
+    return result is None and out.getvalue().startswith("correct: ") and out.getvalue().count("\n") == 1
 
 
 class Word:
@@ -18,6 +29,22 @@ class Word:
 
     def decode(self, ids):
         return " ".join(self.itos[i] for i in ids)
+
+
+class WordWithLists:
+    """Another right answer: a list of words with <unk> first, and index() lookups."""
+
+    def __init__(self, texts):
+        self.words = ["<unk>"] + sorted(set(" ".join(texts).split()))
+
+    def encode(self, text):
+        return [self.words.index(w) if w in self.words[1:] else 0 for w in text.split(" ")]
+
+    def decode(self, ids):
+        out = ""
+        for i in ids:
+            out += (" " if out else "") + self.words[i]
+        return out
 
 
 class NoUnk(Word):
@@ -37,43 +64,98 @@ class NoSpaces(Word):
         return "".join(self.itos[i] for i in ids)
 
 
+class FirstSeenOrder(Word):
+    def __init__(self, texts):
+        words = list(dict.fromkeys(word for text in texts for word in text.split()))
+        self.stoi = {word: i for i, word in enumerate(words, start=1)}
+        self.itos = {i: word for word, i in self.stoi.items()} | {0: "<unk>"}
+
+
+class DecodeOffByOne(Word):
+    def __init__(self, texts):
+        super().__init__(texts)
+        self.words = sorted(self.stoi)
+
+    def decode(self, ids):
+        return " ".join(self.words[i] for i in ids)                 # no <unk> at index 0
+
+
+class UnkNotWritten(Word):
+    def decode(self, ids):
+        return " ".join(self.itos[i] for i in ids if i != 0)
+
+
+class ReturnsTuple(Word):
+    def encode(self, text):
+        return tuple(super().encode(text))
+
+
 @pytest.mark.parametrize("wrong, message", [
-    (NoUnk, "map it to <unk>"),
-    (FromZero, "id 0 is <unk>"),
+    (NoUnk, "KeyError.*map a word never seen in training to <unk>"),
+    (FromZero, "id 0 is <unk>.*start=1"),
     (NoSpaces, "single spaces"),
+    (FirstSeenOrder, "sorted order"),
+    (DecodeOffByOne, "id i is the i-th known word counting from 1|off by one"),
+    (UnkNotWritten, "write id 0 as <unk>"),
+    (ReturnsTuple, "list of ints"),
 ])
 def test_word_slips_are_named(wrong, message):
     with pytest.raises(AssertionError, match=message):
         check_word_tokenizer(wrong)
 
 
-def test_word_right_answer(capsys):
-    assert check_word_tokenizer(Word) is True
-    assert "correct" in capsys.readouterr().out
-
-
-def join_stub(tokens):
-    raise NotImplementedError
+@pytest.mark.parametrize("right", [Word, WordWithLists])
+def test_word_right_answers(right):
+    assert accepted(check_word_tokenizer, right)
 
 
 def join(tokens):
     return "".join(tokens).replace("▁", " ")[1:]
 
 
+def join_words(tokens):
+    words = []
+    for token in tokens:
+        if token.startswith("▁"):
+            words.append(token[1:])
+        else:
+            words[-1] += token
+    return " ".join(words)
+
+
+def join_index(tokens):
+    text = "".join(tokens).replace("▁", " ")
+    return text[1:] if text[:1] == " " else text
+
+
+def join_first(tokens):
+    return "".join(tokens)[1:].replace("▁", " ")          # crashes nothing on []: ""[1:] == ""
+
+
+def join_crashes_on_empty(tokens):
+    text = "".join(tokens).replace("▁", " ")
+    if text[0] == " ":
+        text = text[1:]
+    return text
+
+
 @pytest.mark.parametrize("wrong, message", [
     (lambda tokens: "".join(tokens).replace("▁", " "), "leading space"),
     (lambda tokens: "".join(tokens)[1:], "must become a space"),
     (lambda tokens: " ".join(t.lstrip("▁") for t in tokens if t.lstrip("▁")), "without spaces"),
+    (lambda tokens: "".join(tokens).replace("▁", ""), "removed the ▁ but it stands for the space"),
+    (lambda tokens: "".join(tokens).replace("▁", " ")[2:], "a letter was cut"),
+    (join_crashes_on_empty, r"raised IndexError .* when joining \[\] \(an empty text\)"),
 ])
 def test_join_slips_are_named(wrong, message):
     with pytest.raises(AssertionError, match=message):
         check_join_pieces(wrong)
 
 
-def test_join_stub_and_right_answer(capsys):
-    assert check_join_pieces(join_stub) is False
-    assert "not attempted yet" in capsys.readouterr().out
-    assert check_join_pieces(join) is True
+@pytest.mark.parametrize("right", [join, join_words, join_index, join_first,
+                                   lambda tokens: "".join(tokens).replace("▁", " ").strip()])
+def test_join_right_answers(right):
+    assert accepted(check_join_pieces, right)
 
 
 def test_join_agrees_with_the_course_tokenizer():

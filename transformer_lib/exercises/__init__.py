@@ -4,18 +4,60 @@ Hand-written, not exported: the checkers are not part of the Transformer, and th
 package so that a learner on Colab or with a downloaded notebook can call them. Each checker runs
 the learner's function on small inputs and compares it with the course's own code or PyTorch's:
 
-* a correct answer prints "correct: …" and returns True;
-* an exercise not attempted yet (the stub still raises NotImplementedError) prints what to do and
-  returns False, so that "Run all" goes on to the end of the notebook;
-* a wrong answer raises AssertionError with a message that says what is wrong.
+* a correct answer prints "correct: …";
+* an exercise not attempted yet (the stub still raises NotImplementedError) prints what to do, so
+  that "Run all" goes on to the end of the notebook;
+* a wrong answer raises AssertionError with a message that says what is wrong; where a plausible
+  mistake explains the answer, the checker computes that mistaken variant too and names it;
+* an exception raised inside the learner's function becomes an AssertionError that names it, the
+  input that caused it and a hint (`call`); an exception in the checker itself is left alone.
 
+Checkers return None, so that a notebook cell that ends with `check_…(f)` prints only the message.
 The solutions are in `solutions/NN_*.ipynb` of the repository, apart from the notebooks.
 """
 from collections.abc import Callable
 
+# What an exception usually means in a learner's answer, when the checker has no more precise hint.
+_HINTS = {
+    ZeroDivisionError: "a division by zero: find the case where the divisor can be 0 and handle it first",
+    IndexError: "an index out of range: check the loop bounds and the sizes you index with",
+    KeyError: "a key that is not in the dict: check which keys you look up",
+    TypeError: "an argument of the wrong type or number: print the types of what you pass "
+               "(a tensor where a number is expected, or a tuple where a tensor is?)",
+    RuntimeError: "PyTorch refused an operation, usually because the shapes or dtypes do not fit: "
+                  "print the shapes and dtypes of your intermediate tensors",
+    ValueError: "a value PyTorch or Python refused: check the sizes and arguments you pass",
+    AttributeError: "an attribute that does not exist: check the type of the object you use",
+}
 
-def run_checker(exercise: str, your_function: Callable, check: Callable[[Callable], None]) -> bool:
-    """Run `check(your_function)`; report "correct", "not attempted", or let AssertionError through."""
+
+def call(function: Callable, *args, on: str, hint: str | Callable[[Exception], str | None] | None = None,
+         **kwargs):
+    """Call the learner's `function(*args, **kwargs)` for a checker and return what it returns.
+
+    An exception raised inside it becomes an AssertionError that says which exception, on which input
+    (`on`: a clause, "the candidate is empty (c=0)", or the arguments, "x of shape (2, 3)", which the
+    message puts after "when given"), and what it usually means: `hint` (a text, or a function of the
+    exception that returns one or None), else a generic hint for its type. NotImplementedError
+    (the unfilled stub) and AssertionError (a checker's own message, raised from a patched function)
+    pass through unchanged.
+    """
+    try:
+        return function(*args, **kwargs)
+    except (NotImplementedError, AssertionError):
+        raise
+    except Exception as error:
+        text = hint(error) if callable(hint) else hint
+        if not text:
+            text = next((h for kind, h in _HINTS.items() if isinstance(error, kind)), "read the traceback above")
+        name = getattr(function, "__name__", None) or type(function).__name__
+        first = on.split(" ", 1)[0]
+        when = "when" if first.endswith("ing") or first == "the" else "when given"
+        raise AssertionError(f"your {name} raised {type(error).__name__} ({error}) {when} {on}: {text}") from error
+
+
+def run_checker(exercise: str, your_function: Callable, check: Callable[[Callable], None]) -> None:
+    """Run `check(your_function)`; print "correct" or "not attempted yet", or let AssertionError through."""
     if not callable(your_function):
         raise TypeError(f"{exercise}: pass your function itself (no parentheses), "
                         f"got {type(your_function).__name__}")
@@ -24,6 +66,5 @@ def run_checker(exercise: str, your_function: Callable, check: Callable[[Callabl
     except NotImplementedError:
         print(f"{exercise}: not attempted yet. Replace the `raise NotImplementedError` in "
               f"`{getattr(your_function, '__name__', 'your function')}` with your code, then run this cell again.")
-        return False
+        return
     print(f"correct: {exercise}")
-    return True
