@@ -1,12 +1,23 @@
 """The checkers of notebook 04's exercises: plausible slips -> a message
-that names them, a right answer -> True.
+that names them, right answers (several ways of writing them) -> "correct".
 (Every checker's unfilled stub is tested in tests/test_exercises.py.)"""
+import contextlib
+import io
 import math
 
 import pytest
 import torch
 
 from transformer_lib.exercises.attention import check_attention_by_loops, check_masked_softmax
+
+
+def accepted(check, answer) -> bool:
+    """The checker printed "correct: ..." (and only that) and returned None."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        result = check(answer)
+    return result is None and out.getvalue().startswith("correct: ") and out.getvalue().count("\n") == 1
+
 
 
 def masked_softmax_right(scores, mask):
@@ -52,11 +63,44 @@ def attention_by_loops_wrong_axis(query, key, value):
     return (query @ key.T / math.sqrt(query.size(-1))).softmax(dim=0) @ value
 
 
+def masked_softmax_by_hand(scores, mask):
+    """Another right answer: exp, zero, normalise, with a guard for empty rows (float64 inside)."""
+    e = (scores.double() - scores.double().max(dim=-1, keepdim=True).values).exp() * ~mask
+    total = e.sum(dim=-1, keepdim=True)
+    return torch.where(total > 0, e / total.clamp(min=1e-300), torch.zeros_like(e)).float()
+
+
+def masked_softmax_nan_to_num(scores, mask):
+    return torch.nan_to_num(scores.masked_fill(mask, float("-inf")).softmax(dim=-1), nan=0.0)
+
+
+def attention_by_loops_vectorised_rows(query, key, value):
+    out = torch.empty(query.size(0), value.size(1))
+    for i in range(query.size(0)):
+        weights = torch.softmax(key @ query[i] / query.size(1) ** 0.5, dim=0)      # (Lk,)
+        out[i] = weights @ value
+    return out
+
+
+def attention_by_loops_lists(query, key, value):
+    """Another right answer: Python numbers only, a nested list out."""
+    q, k, v = query.tolist(), key.tolist(), value.tolist()
+    rows = []
+    for qi in q:
+        scores = [sum(a * b for a, b in zip(qi, kj)) / math.sqrt(len(qi)) for kj in k]
+        exps = [math.exp(s - max(scores)) for s in scores]
+        rows.append([sum(e / sum(exps) * vj[c] for e, vj in zip(exps, v)) for c in range(len(v[0]))])
+    return rows
+
+
 @pytest.mark.parametrize("check, right", [(check_masked_softmax, masked_softmax_right),
-                                          (check_attention_by_loops, attention_by_loops_right)])
-def test_right_answer_passes(check, right, capsys):
-    assert check(right) is True
-    assert capsys.readouterr().out.startswith("correct: ")
+                                          (check_masked_softmax, masked_softmax_by_hand),
+                                          (check_masked_softmax, masked_softmax_nan_to_num),
+                                          (check_attention_by_loops, attention_by_loops_right),
+                                          (check_attention_by_loops, attention_by_loops_vectorised_rows),
+                                          (check_attention_by_loops, attention_by_loops_lists)])
+def test_right_answers_pass(check, right):
+    assert accepted(check, right)
 
 
 @pytest.mark.parametrize("wrong, message", [
@@ -65,6 +109,9 @@ def test_right_answer_passes(check, right, capsys):
     (masked_softmax_inverted, "True means 'may NOT attend'"),
     (masked_softmax_wrong_dim, "wrong dimension"),
     (lambda scores, mask: scores.softmax(dim=-1), "all masked|weight exactly 0"),
+    (lambda scores, mask: scores.softmax(dim=-1).masked_fill(mask, 0.0), "AFTER the softmax"),
+    (lambda scores, mask: (scores * ~mask).softmax(dim=-1), "multiplying the scores by the mask"),
+    (lambda scores, mask: scores.masked_fill(mask.expand_as(scores).all(-1), 0.0), "raised RuntimeError"),
 ])
 def test_masked_softmax_slips_are_named(wrong, message):
     with pytest.raises(AssertionError, match=message):
@@ -75,7 +122,12 @@ def test_masked_softmax_slips_are_named(wrong, message):
     (attention_by_loops_unscaled, "not scaled"),
     (attention_by_loops_over_d_k, "divided by d_k"),
     (attention_by_loops_wrong_axis, "over the queries"),
-    (lambda q, k, v: (q @ k.T).softmax(dim=-1), "shape"),
+    (lambda q, k, v: (q @ k.T).softmax(dim=-1), "attention weights"),
+    (lambda q, k, v: (q @ k.T / math.sqrt(v.size(-1))).softmax(dim=-1) @ v, "sqrt\\(d_v\\), the size of the VALUES"),
+    (lambda q, k, v: (q @ k.T * math.sqrt(q.size(-1))).softmax(dim=-1) @ v, "multiplied by sqrt"),
+    (lambda q, k, v: (q @ k.T / math.sqrt(k.size(0))).softmax(dim=-1) @ v, "number of keys"),
+    (lambda q, k, v: (q @ k.T / math.sqrt(q.size(-1))).exp() @ v, "not normalised"),
+    (lambda q, k, v: (q @ k / math.sqrt(q.size(-1))).softmax(dim=-1) @ v, "raised RuntimeError"),
 ])
 def test_attention_by_loops_slips_are_named(wrong, message):
     with pytest.raises(AssertionError, match=message):

@@ -1,13 +1,25 @@
 """The checkers of notebook 05's exercises: plausible slips -> a message
-that names them, a right answer -> True.
+that names them, right answers (several ways of writing them) -> "correct".
 (Every checker's unfilled stub is tested in tests/test_exercises.py.)"""
+import contextlib
+import io
 import math
 
 import pytest
+import torch
 
 from transformer_lib.attention import subsequent_mask
 from transformer_lib.exercises.multihead import check_causal_self_attention, check_split_heads
 from transformer_lib.multihead import split_heads
+
+
+def accepted(check, answer) -> bool:
+    """The checker printed "correct: ..." (and only that) and returned None."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        result = check(answer)
+    return result is None and out.getvalue().startswith("correct: ") and out.getvalue().count("\n") == 1
+
 
 
 def split_right(x, n_heads):
@@ -15,22 +27,53 @@ def split_right(x, n_heads):
     return x.view(B, L, n_heads, D // n_heads).transpose(1, 2)
 
 
-def causal_right(x, layer, scale=None, mask=True, out_proj=True):
+def split_reshape_permute(x, n_heads):
+    return x.reshape(*x.shape[:2], n_heads, -1).permute(0, 2, 1, 3)
+
+
+def split_by_slicing(x, n_heads):
+    d_k = x.size(-1) // n_heads
+    return torch.stack([x[..., h * d_k:(h + 1) * d_k] for h in range(n_heads)], dim=1)
+
+
+def causal_right(x, layer, scale=None, mask="causal", out_proj=True, dim=-1, split="right", merge="right"):
     B, T, D = x.shape
     H = layer.n_heads
-    q, k, v = (p(x).view(B, T, H, D // H).transpose(1, 2) for p in (layer.q_proj, layer.k_proj, layer.v_proj))
+    if split == "right":
+        q, k, v = (p(x).view(B, T, H, D // H).transpose(1, 2) for p in (layer.q_proj, layer.k_proj, layer.v_proj))
+    else:
+        q, k, v = (p(x).reshape(B, H, T, D // H) for p in (layer.q_proj, layer.k_proj, layer.v_proj))
     scores = q @ k.transpose(-2, -1) / (scale or math.sqrt(D // H))          # (B, H, T, T)
-    if mask:
-        scores = scores.masked_fill(subsequent_mask(T), float("-inf"))
-    out = (scores.softmax(dim=-1) @ v).transpose(1, 2).reshape(B, T, D)      # (B, T, D)
+    blocked = {"causal": subsequent_mask(T), "none": None,
+               "diagonal=2": torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=2),
+               "diagonal=0": torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=0),
+               "tril": torch.tril(torch.ones(T, T, dtype=torch.bool), diagonal=-1),
+               "inverted": ~subsequent_mask(T)}[mask]
+    if blocked is not None:
+        scores = scores.masked_fill(blocked, float("-inf"))
+    out = scores.softmax(dim=dim) @ v                                         # (B, H, T, d_k)
+    out = out.transpose(1, 2).reshape(B, T, D) if merge == "right" else out.reshape(B, T, D)
     return layer.out_proj(out) if out_proj else out
 
 
+def causal_additive_float64(x, layer):
+    """Another right answer: an additive -inf mask, float64 inside, float32 out, einsum."""
+    B, T, D = x.shape
+    H = layer.n_heads
+    q, k, v = (split_heads(p(x).double(), H) for p in (layer.q_proj, layer.k_proj, layer.v_proj))
+    bias = torch.zeros(T, T, dtype=torch.float64).masked_fill(subsequent_mask(T), float("-inf"))
+    weights = (torch.einsum("bhtd,bhsd->bhts", q, k) / math.sqrt(D // H) + bias).softmax(-1)
+    out = torch.einsum("bhts,bhsd->bhtd", weights, v).transpose(1, 2).reshape(B, T, D).float()
+    return layer.out_proj(out)
+
+
 @pytest.mark.parametrize("check, right", [(check_split_heads, split_right), (check_split_heads, split_heads),
-                                          (check_causal_self_attention, causal_right)])
-def test_right_answer_passes(check, right, capsys):
-    assert check(right) is True
-    assert capsys.readouterr().out.startswith("correct: ")
+                                          (check_split_heads, split_reshape_permute),
+                                          (check_split_heads, split_by_slicing),
+                                          (check_causal_self_attention, causal_right),
+                                          (check_causal_self_attention, causal_additive_float64)])
+def test_right_answers_pass(check, right):
+    assert accepted(check, right)
 
 
 @pytest.mark.parametrize("wrong, message", [
@@ -39,6 +82,9 @@ def test_right_answer_passes(check, right, capsys):
     (lambda x, h: x.view(x.size(0), x.size(1), -1, 2).transpose(1, 2), "for n_heads=2"),  # d_k fixed at 2
     (lambda x, h: x.view(x.size(0), x.size(1), -1, h).transpose(1, 2).transpose(2, 3).transpose(2, 3)
      .reshape(x.size(0), h, x.size(1), -1).flip(1), "head i must hold features"),
+    (lambda x, h: x.view(x.size(0), x.size(1), -1, h).permute(0, 3, 1, 2), r"features as \(d_k, H\)"),
+    (lambda x, h: split_right(x, h).reshape(-1, x.size(1), x.size(2) // h), r"\(B·H, L, d_k\)"),
+    (lambda x, h: x.view(x.size(0), x.size(1), h, x.size(2) // h - 1).transpose(1, 2), "raised RuntimeError"),
 ])
 def test_split_heads_slips_are_named(wrong, message):
     with pytest.raises(AssertionError, match=message):
@@ -46,11 +92,20 @@ def test_split_heads_slips_are_named(wrong, message):
 
 
 @pytest.mark.parametrize("wrong, message", [
-    (lambda x, layer: causal_right(x, layer, mask=False), "no causal mask"),
+    (lambda x, layer: causal_right(x, layer, mask="none"), "no causal mask"),
+    (lambda x, layer: causal_right(x, layer, mask="diagonal=2"), "off by one: query i also sees key i \\+ 1"),
+    (lambda x, layer: causal_right(x, layer, mask="diagonal=0"), "NaN.*itself included"),
+    (lambda x, layer: causal_right(x, layer, mask="inverted"), "NaN.*not inverted"),
+    (lambda x, layer: causal_right(x, layer, mask="tril"), "blocks the PAST"),
     (lambda x, layer: causal_right(x, layer, scale=math.sqrt(x.size(-1))), "sqrt\\(d_model\\)"),
+    (lambda x, layer: causal_right(x, layer, scale=1.0), "not scaled"),
     (lambda x, layer: causal_right(x, layer, out_proj=False), "no output projection"),
+    (lambda x, layer: causal_right(x, layer, dim=-2), "over the queries"),
+    (lambda x, layer: causal_right(x, layer, split="view"), "split with a view"),
+    (lambda x, layer: causal_right(x, layer, merge="view"), "merged with a reshape"),
     (lambda x, layer: layer(x, x, x, attn_mask=subsequent_mask(x.size(1)))[0], "called the layer itself"),
     (lambda x, layer: causal_right(x, layer)[:, :-1], "expected shape"),
+    (lambda x, layer: 1.01 * causal_right(x, layer), "not by one of the usual slips"),
 ])
 def test_causal_self_attention_slips_are_named(wrong, message):
     with pytest.raises(AssertionError, match=message):

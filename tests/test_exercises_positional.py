@@ -1,5 +1,8 @@
-"""The checkers of notebook 03's exercises: plausible slips -> a clear error, right -> True.
+"""The checkers of notebook 03's exercises: plausible slips -> a clear error, right answers (several
+ways of writing them) -> "correct".
 (Every checker's unfilled stub is tested in tests/test_exercises.py.)"""
+import contextlib
+import io
 import math
 
 import pytest
@@ -7,6 +10,15 @@ import torch
 from torch import nn
 
 from transformer_lib.exercises.positional import check_learned_positions, check_loop_table
+
+
+def accepted(check, answer) -> bool:
+    """The checker printed "correct: ..." (and only that) and returned None."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        result = check(answer)
+    return result is None and out.getvalue().startswith("correct: ") and out.getvalue().count("\n") == 1
+
 
 
 def loop_table(max_len, d_model, first=math.sin, second=math.cos, exponent=lambda i: 2 * i, start=0):
@@ -18,20 +30,61 @@ def loop_table(max_len, d_model, first=math.sin, second=math.cos, exponent=lambd
     return table
 
 
+def by_column(max_len, d_model, odd_exponent=lambda j: j - 1):
+    """Loop over columns j: sin for even j, cos for odd j with the exponent of column j - 1 (right)."""
+    rows = []
+    for pos in range(max_len):
+        rows.append([math.sin(pos / 10000 ** (j / d_model)) if j % 2 == 0 else
+                     math.cos(pos / 10000 ** (odd_exponent(j) / d_model)) for j in range(d_model)])
+    return torch.tensor(rows)                                        # float32, from nested lists
+
+
+def concatenated(max_len, d_model):
+    table = loop_table(max_len, d_model)
+    return torch.cat([table[:, 0::2], table[:, 1::2]], dim=1)
+
+
+def multiplied(max_len, d_model):
+    table = torch.zeros(max_len, d_model, dtype=torch.float64)
+    for pos in range(max_len):
+        for i in range(d_model // 2):
+            angle = pos * 10000 ** (2 * i / d_model)
+            table[pos, 2 * i], table[pos, 2 * i + 1] = math.sin(angle), math.cos(angle)
+    return table
+
+
+def loop_table_numpy_style(max_len, d_model):
+    """Another right answer: the exponent written as exp(-2i ln(10000) / d_model), in float32."""
+    table = torch.zeros(max_len, d_model)
+    for pos in range(max_len):
+        for i in range(0, d_model, 2):
+            angle = pos * math.exp(-i * math.log(10000.0) / d_model)
+            table[pos, i] = math.sin(angle)
+            table[pos, i + 1] = math.cos(angle)
+    return table
+
+
 @pytest.mark.parametrize("wrong, message", [
     (lambda m, d: loop_table(m, d, first=math.cos, second=math.sin), "swapped"),
     (lambda m, d: loop_table(m, d, exponent=lambda i: i), "2i / d_model"),
     (lambda m, d: loop_table(m, d, start=1), "positions start at 0"),
     (lambda m, d: loop_table(m, d)[:, :-1], "shape"),
+    (lambda m, d: by_column(m, d, odd_exponent=lambda j: j), "SAME angle as column 2i"),
+    (concatenated, "all sines come first"),
+    (multiplied, "you multiplied pos by 10000"),
+    (lambda m, d: loop_table(m, d).tolist(), "return a torch.Tensor"),
+    (lambda m, d: loop_table(m, d) * 1.01, "differs from sinusoidal_table"),
+    (lambda m, d: loop_table(m, d + 1)[:, :d], "differs from sinusoidal_table"),
 ])
 def test_loop_table_slips_are_named(wrong, message):
     with pytest.raises(AssertionError, match=message):
         check_loop_table(wrong)
 
 
-def test_loop_table_right_answer(capsys):
-    assert check_loop_table(loop_table) is True
-    assert "correct" in capsys.readouterr().out
+@pytest.mark.parametrize("right", [loop_table, by_column, loop_table_numpy_style,
+                                   lambda m, d: loop_table(m, d).float()])
+def test_loop_table_right_answers(right):
+    assert accepted(check_loop_table, right)
 
 
 class Learned(nn.Module):
@@ -63,16 +116,47 @@ class ClampedPositions(Learned):
         return x + self.table(positions)
 
 
+class InPlace(Learned):
+    def forward(self, x):
+        x += self.table(torch.arange(x.size(1)))
+        return x
+
+
+class BatchAsLength(Learned):
+    def forward(self, x):
+        return x + self.table(torch.arange(x.size(0)))[:, None, :]
+
+
+class SameRowEverywhere(Learned):
+    def forward(self, x):
+        return x + self.table(torch.zeros(x.size(1), dtype=torch.long))
+
+
+class ParameterTable(nn.Module):
+    """Another right answer: a bare nn.Parameter, sliced, and the learner's own error for long inputs."""
+
+    def __init__(self, d_model, max_len):
+        super().__init__()
+        self.table = nn.Parameter(torch.zeros(max_len, d_model).normal_(std=0.02))
+
+    def forward(self, x):
+        assert x.size(1) <= self.table.size(0), "sequence longer than max_len"
+        return x + self.table[: x.size(1)]
+
+
 @pytest.mark.parametrize("wrong, message", [
     (PositionsOnly, "not the position vectors alone"),
     (FrozenTable, "buffer is not trained"),
     (ClampedPositions, "must raise an error"),
+    (InPlace, "changed x in place"),
+    (BatchAsLength, "must not depend on the sentence"),
+    (SameRowEverywhere, "positions 0 and 1 got the same vector"),
 ])
 def test_learned_slips_are_named(wrong, message):
     with pytest.raises(AssertionError, match=message):
         check_learned_positions(wrong)
 
 
-def test_learned_right_answer(capsys):
-    assert check_learned_positions(Learned) is True
-    assert "correct" in capsys.readouterr().out
+@pytest.mark.parametrize("right", [Learned, ParameterTable])
+def test_learned_right_answers(right):
+    assert accepted(check_learned_positions, right)

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from transformer_lib.attention import scaled_dot_product_attention
-from transformer_lib.exercises import run_checker
+from transformer_lib.exercises import call, run_checker
 
 
 def _close(result, expected: Tensor, atol: float = 1e-5, rtol: float = 1e-4) -> bool:
@@ -41,13 +41,25 @@ def _masked_softmax_inputs() -> list[tuple[Tensor, Tensor]]:
 
 def _check_masked_softmax(masked_softmax) -> None:
     for scores, mask in _masked_softmax_inputs():
-        result = masked_softmax(scores.clone(), mask.clone())
+        result = call(masked_softmax, scores.clone(), mask.clone(), on=f"scores {tuple(scores.shape)} and a mask "
+                      f"{tuple(mask.shape)}" + (" that broadcasts over the batch" if mask.dim() < scores.dim() else ""),
+                      hint=lambda e: ("mask is a bool tensor that broadcasts to scores: use masked_fill(mask, ...), "
+                                      "and keepdim=True where you reduce" if isinstance(e, RuntimeError) else None))
         expected = _reference_masked_softmax(scores, mask)
         _check_tensor("masked_softmax", result, expected)
         if _close(result, _reference_masked_softmax(scores, ~mask)):
             raise AssertionError("you kept the entries where mask is True and blocked the others; in the course "
                                  "(and nn.MultiheadAttention) True means 'may NOT attend'")
-        full_rows = mask.expand_as(scores).all(dim=-1)                  # (B, Lq)
+        blocked = mask.expand_as(scores)
+        zeroed_after = scores.softmax(dim=-1).masked_fill(blocked, 0.0)
+        if _close(result, zeroed_after):
+            raise AssertionError("you zeroed the masked weights AFTER the softmax, so the others no longer sum to 1; "
+                                 "fill the masked scores with -inf BEFORE the softmax")
+        if _close(result, (scores * ~blocked).softmax(dim=-1)) or _close(
+                result, (scores * ~blocked).softmax(dim=-1).masked_fill(blocked.all(-1, keepdim=True), 0.0)):
+            raise AssertionError("multiplying the scores by the mask sets masked scores to 0, and exp(0) = 1 is not "
+                                 "a zero weight; fill them with -inf (scores.masked_fill(mask, float('-inf')))")
+        full_rows = blocked.all(dim=-1)                                 # (B, Lq)
         if full_rows.any():
             assert not result[full_rows].isnan().any(), (
                 "a row whose entries are all masked gave NaN (softmax of a row of -inf is 0/0). Find those "
@@ -57,18 +69,17 @@ def _check_masked_softmax(masked_softmax) -> None:
                 "a row whose entries are all masked gave uniform weights 1/Lk instead of zeros: with a large "
                 "negative fill such as -1e9 every entry of that row is equal. Zero those rows explicitly")
             assert (result[full_rows] == 0).all(), "a row whose entries are all masked must get all-zero weights"
-        blocked = mask.expand_as(scores)
         assert (result[blocked] == 0).all(), "entries where mask is True must get weight exactly 0 (fill with -inf)"
-        if _close(result, _reference_masked_softmax(scores.transpose(-2, -1), mask.expand_as(scores).transpose(-2, -1)).transpose(-2, -1)):
+        if _close(result, _reference_masked_softmax(scores.transpose(-2, -1), blocked.transpose(-2, -1)).transpose(-2, -1)):
             raise AssertionError("the softmax ran over the wrong dimension: it must normalise the last one (dim=-1)")
         torch.testing.assert_close(result.to(expected.dtype), expected, atol=1e-6, rtol=1e-5, msg=lambda m: (
             "masked_softmax differs from softmax(scores.masked_fill(mask, -inf), dim=-1) on the rows that are not "
             f"fully masked: {m}"))
 
 
-def check_masked_softmax(your_function) -> bool:
+def check_masked_softmax(your_function) -> None:
     """Exercise 1 of notebook 04: `masked_softmax(scores, mask)`, zeros (not NaN) for fully masked rows."""
-    return run_checker("masked softmax", your_function, _check_masked_softmax)
+    run_checker("masked softmax", your_function, _check_masked_softmax)
 
 
 def _attention(query: Tensor, key: Tensor, value: Tensor, scale: float, dim: int = -1) -> Tensor:
@@ -79,21 +90,31 @@ def _check_attention_by_loops(attention_by_loops) -> None:
     generator = torch.Generator().manual_seed(4)
     query = 2 * torch.randn(3, 4, generator=generator)                 # (Lq, d_k)
     key = 2 * torch.randn(5, 4, generator=generator)                   # (Lk, d_k)
-    value = torch.randn(5, 2, generator=generator)                     # (Lk, d_v)
+    value = torch.randn(5, 2, generator=generator)                     # (Lk, d_v): d_v != d_k != Lk
     expected, _ = scaled_dot_product_attention(query, key, value)      # (Lq, d_v)
-    result = attention_by_loops(query.clone(), key.clone(), value.clone())
+    result = call(attention_by_loops, query.clone(), key.clone(), value.clone(),
+                  on="query (Lq=3, d_k=4), key (Lk=5, d_k=4), value (Lk=5, d_v=2)")
     if isinstance(result, (list, tuple)) and not isinstance(result, Tensor):
         try:
-            result = torch.tensor(result, dtype=expected.dtype)
-        except (TypeError, ValueError):
+            result = torch.stack([torch.as_tensor(row, dtype=expected.dtype) for row in result])
+        except (TypeError, ValueError, RuntimeError):
             raise AssertionError("attention_by_loops must return a (Lq, d_v) tensor (or a nested list of numbers)")
+    if isinstance(result, Tensor) and tuple(result.shape) == (query.size(0), key.size(0)):
+        raise AssertionError("you returned the (Lq, Lk) attention weights; the output is their weighted sum of the "
+                             "values: output[i] = sum over j of weight[i, j] * value[j], shape (Lq, d_v)")
     _check_tensor("attention_by_loops", result, expected)
-    d_k = query.size(-1)
+    d_k, d_v, n_keys = query.size(-1), value.size(-1), key.size(0)
     slips = {"the scores were not scaled: divide each q·k by sqrt(d_k)": _attention(query, key, value, 1.0),
              "the scores were divided by d_k; the paper divides by sqrt(d_k)": _attention(query, key, value, d_k),
              "the scores were multiplied by sqrt(d_k) instead of divided by it": _attention(query, key, value, 1 / math.sqrt(d_k)),
+             "the scores were divided by sqrt(d_v), the size of the VALUES; eq. 1 divides by sqrt(d_k), the size of "
+             "the queries and keys (query.size(-1))": _attention(query, key, value, math.sqrt(d_v)),
+             "the scores were divided by sqrt(L_k), the number of keys; eq. 1 divides by sqrt(d_k), the size of "
+             "each query and key (query.size(-1))": _attention(query, key, value, math.sqrt(n_keys)),
              "the softmax ran over the queries; for each query, normalise over the keys":
-                 _attention(query, key, value, math.sqrt(d_k), dim=0)}
+                 _attention(query, key, value, math.sqrt(d_k), dim=0),
+             "the weights were not normalised (no softmax, or exp without dividing by the sum of the row)":
+                 (query @ key.T / math.sqrt(d_k)).exp() @ value}
     for message, wrong in slips.items():
         assert not _close(result, wrong), message
     torch.testing.assert_close(result.to(expected.dtype), expected, atol=1e-5, rtol=1e-4, msg=lambda m: (
@@ -101,6 +122,6 @@ def _check_attention_by_loops(attention_by_loops) -> None:
         f"of weight[i, j] * value[j]: {m}"))
 
 
-def check_attention_by_loops(your_function) -> bool:
+def check_attention_by_loops(your_function) -> None:
     """Exercise 2 of notebook 04: eq. 1 with Python loops, one query at a time."""
-    return run_checker("attention by loops", your_function, _check_attention_by_loops)
+    run_checker("attention by loops", your_function, _check_attention_by_loops)

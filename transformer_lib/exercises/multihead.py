@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from transformer_lib.attention import subsequent_mask
-from transformer_lib.exercises import run_checker
+from transformer_lib.exercises import call, run_checker
 from transformer_lib.multihead import MultiHeadAttention, merge_heads, split_heads
 
 
@@ -18,34 +18,55 @@ def _check_split_heads(my_split_heads) -> None:
     for B, L, D, H in [(2, 3, 8, 4), (1, 5, 6, 2)]:
         x = torch.arange(B * L * D, dtype=torch.float32).view(B, L, D)  # (B, L, D): every entry different
         expected = split_heads(x, H)                                     # (B, H, L, d_k)
-        result = my_split_heads(x.clone(), H)
+        x_in = x.clone()
+        result = call(my_split_heads, x_in, H, on=f"x of shape (B={B}, L={L}, D={D}) and n_heads={H}")
+        assert torch.equal(x_in, x), "my_split_heads changed x in place; return a new view or tensor"
         assert isinstance(result, Tensor), f"my_split_heads must return a torch.Tensor, got {type(result).__name__}"
-        if tuple(result.shape) == (B, L, H, D // H):
+        d_k = D // H
+        if tuple(result.shape) == (B, L, H, d_k):
             raise AssertionError(f"shape {tuple(result.shape)} is (B, L, H, d_k): move the heads before the "
                                  f"positions with .transpose(1, 2) to get (B, H, L, d_k)")
+        if tuple(result.shape) == (B * H, L, d_k):
+            raise AssertionError(f"shape {tuple(result.shape)} is (B·H, L, d_k), nn.MultiheadAttention's internal "
+                                 "layout; keep the heads as a dimension of their own: (B, H, L, d_k)")
         assert result.shape == expected.shape, \
             f"expected shape (B, H, L, d_k) = {tuple(expected.shape)} for n_heads={H}, got {tuple(result.shape)}"
-        if torch.equal(result, x.reshape(B, H, L, D // H)):
+        if torch.equal(result, x.reshape(B, H, L, d_k)):
             raise AssertionError("x.view(B, H, L, d_k) has the right shape but mixes positions and features: "
                                  "head 0 would get whole positions. View as (B, L, H, d_k), then transpose(1, 2)")
+        if torch.equal(result, x.view(B, L, d_k, H).permute(0, 3, 1, 2)):
+            raise AssertionError("you cut the features as (d_k, H), so head i got features i, i + H, i + 2H, ...; "
+                                 "view the last dimension as (H, d_k): head i holds the block i*d_k .. (i+1)*d_k - 1")
         assert torch.equal(result, expected), (
             f"head i must hold features i*d_k .. (i+1)*d_k - 1 of every position; for x = arange, head 1 of "
             f"position 0 is {expected[0, 1, 0].tolist()}, yours is {result[0, 1, 0].tolist()}")
         assert torch.equal(merge_heads(result), x), "merge_heads(my_split_heads(x)) must give x back"
 
 
-def check_split_heads(your_function) -> bool:
+def check_split_heads(your_function) -> None:
     """Exercise 1 of notebook 05: (B, L, D) -> (B, H, L, d_k)."""
-    return run_checker("split heads", your_function, _check_split_heads)
+    run_checker("split heads", your_function, _check_split_heads)
 
 
-def _by_hand(layer: MultiHeadAttention, x: Tensor, mask: Tensor | None, scale: float, out_proj: bool = True) -> Tensor:
-    q, k, v = (split_heads(proj(x), layer.n_heads) for proj in (layer.q_proj, layer.k_proj, layer.v_proj))
+def _by_hand(layer: MultiHeadAttention, x: Tensor, mask: Tensor | None, scale: float, out_proj: bool = True,
+             dim: int = -1, split=split_heads, merge=merge_heads) -> Tensor:
+    """Causal self-attention from the layer's projections; the arguments reproduce the usual slips."""
+    q, k, v = (split(proj(x), layer.n_heads) for proj in (layer.q_proj, layer.k_proj, layer.v_proj))
     scores = q @ k.transpose(-2, -1) / scale                             # (B, H, T, T)
     if mask is not None:
         scores = scores.masked_fill(mask, float("-inf"))
-    out = merge_heads(scores.softmax(dim=-1) @ v)                        # (B, T, D)
+    out = merge(scores.softmax(dim=dim) @ v)                             # (B, T, D)
     return layer.out_proj(out) if out_proj else out
+
+
+def _split_without_transpose(x: Tensor, n_heads: int) -> Tensor:
+    B, T, D = x.shape
+    return x.reshape(B, n_heads, T, D // n_heads)                        # (B, H, T, d_k), features mixed up
+
+
+def _merge_without_transpose(x: Tensor) -> Tensor:
+    B, H, T, d_k = x.shape
+    return x.reshape(B, T, H * d_k)                                      # (B, H, T, d_k) read as (B, T, D)
 
 
 def _refuse_the_layer(module, args):
@@ -66,28 +87,47 @@ def _check_causal_self_attention(causal_self_attention) -> None:
         expected, _ = layer(x, x, x, attn_mask=causal)
         hook = layer.register_forward_pre_hook(_refuse_the_layer)
         try:
-            result = causal_self_attention(x.clone(), layer)
+            result = call(causal_self_attention, x.clone(), layer, on=f"x of shape (B={B}, T={T}, D={D}) and a "
+                          f"MultiHeadAttention({D}, n_heads={H})")
         finally:
             hook.remove()
         d_k = D // H
+        sqrt_d_k = math.sqrt(d_k)
         slips = {
             "no causal mask: position 0's output depends on later positions; block keys j > i with "
-            "subsequent_mask(T) (True above the diagonal)": _by_hand(layer, x, None, math.sqrt(d_k)),
+            "subsequent_mask(T) (True above the diagonal)": _by_hand(layer, x, None, sqrt_d_k),
+            "the causal mask is off by one: query i also sees key i + 1. Block every key j > i: "
+            "torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)":
+                _by_hand(layer, x, torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=2), sqrt_d_k),
+            "the mask blocks the PAST (keys j < i) instead of the future: True above the diagonal, "
+            "torch.triu(..., diagonal=1), not tril": _by_hand(layer, x, causal.T, sqrt_d_k),
             "the scale is sqrt(d_model); each head divides by sqrt(d_k) = sqrt(d_model / n_heads)":
                 _by_hand(layer, x, causal, math.sqrt(D)),
-            "no output projection: apply layer.out_proj to the merged heads": _by_hand(layer, x, causal, math.sqrt(d_k), False),
+            "the scores were not scaled: divide them by sqrt(d_k) = sqrt(d_model / n_heads)":
+                _by_hand(layer, x, causal, 1.0),
+            "no output projection: apply layer.out_proj to the merged heads": _by_hand(layer, x, causal, sqrt_d_k, False),
+            "the softmax ran over the queries (dim=-2); normalise over the keys, dim=-1":
+                _by_hand(layer, x, causal, sqrt_d_k, dim=-2),
+            "the heads were split with a view to (B, H, T, d_k) without the transpose, which mixes positions and "
+            "features: view as (B, T, H, d_k), then transpose(1, 2)":
+                _by_hand(layer, x, causal, sqrt_d_k, split=_split_without_transpose),
+            "the heads were merged with a reshape of (B, H, T, d_k) to (B, T, D) without moving the heads back: "
+            "transpose(1, 2) first, then reshape": _by_hand(layer, x, causal, sqrt_d_k, merge=_merge_without_transpose),
         }
     assert isinstance(result, Tensor), f"causal_self_attention must return a torch.Tensor, got {type(result).__name__}"
     assert result.shape == expected.shape, f"expected shape (B, T, D) = {tuple(expected.shape)}, got {tuple(result.shape)}"
-    assert not result.isnan().any(), ("NaN in the output: a query whose keys are all blocked? Query i may attend "
-                                      "to keys 0..i, itself included (mask = triu(..., diagonal=1))")
+    assert not result.isnan().any(), (
+        "NaN in the output: some query has every key blocked. Query i may attend to keys 0..i, itself included, "
+        "so the mask is True (blocked) only above the diagonal: torch.triu(ones, diagonal=1), not diagonal=0, "
+        "and not inverted")
     for message, wrong in slips.items():
         assert not torch.allclose(result, wrong, atol=1e-5, rtol=1e-4), message
     torch.testing.assert_close(result, expected, atol=1e-5, rtol=1e-4, msg=lambda m: (
-        "causal_self_attention differs from layer(x, x, x, attn_mask=subsequent_mask(T))[0]; check the head "
-        f"split (B, H, T, d_k) and the merge back to (B, T, D): {m}"))
+        "causal_self_attention differs from layer(x, x, x, attn_mask=subsequent_mask(T))[0], and not by one of "
+        "the usual slips (mask, scale, softmax axis, head split or merge, output projection). Compare your "
+        f"steps one by one with MultiHeadAttention.forward: {m}"))
 
 
-def check_causal_self_attention(your_function) -> bool:
+def check_causal_self_attention(your_function) -> None:
     """Exercise 2 of notebook 05: causal multi-head self-attention from a layer's projections."""
-    return run_checker("causal self-attention with H heads", your_function, _check_causal_self_attention)
+    run_checker("causal self-attention with H heads", your_function, _check_causal_self_attention)

@@ -6,45 +6,69 @@ code with `transformer_lib.positional.sinusoidal_table` or with what a learned t
 import torch
 from torch import nn
 
-from transformer_lib.exercises import run_checker
+from transformer_lib.exercises import call, run_checker
 from transformer_lib.positional import sinusoidal_table
+
+
+def _table(max_len: int, d_model: int, exponent=lambda i, d: 2 * i / d, start: int = 0, layout: str = "interleave",
+           cos_exponent=None, multiply: bool = False) -> torch.Tensor:
+    """Variants of the §3.5 table: the right one with the defaults, a usual slip with an argument changed."""
+    pos = torch.arange(start, start + max_len, dtype=torch.float64)[:, None]         # (P, 1)
+    i = torch.arange(d_model // 2, dtype=torch.float64)                               # (D/2,): pair index
+    freq_sin = 10000.0 ** -exponent(i, d_model)
+    freq_cos = freq_sin if cos_exponent is None else 10000.0 ** -cos_exponent(i, d_model)
+    if multiply:
+        freq_sin, freq_cos = 1 / freq_sin, 1 / freq_cos
+    sin, cos = (pos * freq_sin).sin(), (pos * freq_cos).cos()                         # (P, D/2) each
+    if layout == "concat":
+        return torch.cat([sin, cos], dim=-1)                                          # (P, D)
+    table = torch.stack([sin, cos], dim=-1) if layout == "interleave" else torch.stack([cos, sin], dim=-1)
+    return table.reshape(max_len, d_model)                                            # (P, D/2, 2) -> (P, D)
+
+
+_SLIPS = {
+    "your row p holds position p + 1: positions start at 0, so row 0 is [sin 0, cos 0, ...] = [0, 1, 0, 1, ...]":
+        dict(start=1),
+    "sine and cosine are swapped: even columns 2i hold sin, odd columns 2i+1 hold cos": dict(layout="swap"),
+    "the exponent is 2i / d_model, where i counts pairs (column 2i is pair i); you used i / d_model":
+        dict(exponent=lambda i, d: i / d),
+    "you used the column index as 2i: column 2i+1 (the cosine) must use the SAME angle as column 2i, "
+    "pos / 10000 ** (2i / d_model), not (2i + 1) / d_model": dict(cos_exponent=lambda i, d: (2 * i + 1) / d),
+    "all sines come first, then all cosines (torch.cat); the paper interleaves them: column 2i holds sin, "
+    "column 2i+1 the cos of the same angle": dict(layout="concat"),
+    "you multiplied pos by 10000 ** (2i / d_model); divide by it: the angle is pos / 10000 ** (2i / d_model)":
+        dict(multiply=True),
+}
 
 
 def _check_loop_table(loop_table) -> None:
     for max_len, d_model in [(30, 16), (6, 4), (1, 2)]:
-        got = loop_table(max_len, d_model)
+        got = call(loop_table, max_len, d_model, on=f"max_len={max_len}, d_model={d_model}")
         assert isinstance(got, torch.Tensor), f"return a torch.Tensor, got {type(got).__name__}"
         assert tuple(got.shape) == (max_len, d_model), \
             f"loop_table({max_len}, {d_model}) must have shape ({max_len}, {d_model}), got {tuple(got.shape)}"
         expected = sinusoidal_table(max_len, d_model).double()
         got = got.double()
-        if max_len > 1 and torch.allclose(got[:-1], expected[1:], atol=1e-6):
-            raise AssertionError("your row p holds position p + 1: positions start at 0, so row 0 is "
-                                 "[sin 0, cos 0, ...] = [0, 1, 0, 1, ...]")
-        swapped = expected.view(max_len, d_model // 2, 2).flip(-1).reshape(max_len, d_model)
-        if torch.allclose(got, swapped, atol=1e-6):
-            raise AssertionError("sine and cosine are swapped: even columns 2i hold sin, odd columns 2i+1 hold cos")
-        if d_model > 2:
-            i = torch.arange(d_model // 2, dtype=torch.float64)
-            angles = torch.arange(max_len, dtype=torch.float64)[:, None] / 10000 ** (i / d_model)  # (P, D/2)
-            wrong = torch.stack([angles.sin(), angles.cos()], dim=-1).reshape(max_len, d_model)
-            if torch.allclose(got, wrong, atol=1e-6):
-                raise AssertionError("the exponent is 2i / d_model, where i counts pairs (column 2i is pair i); "
-                                     "you used i / d_model")
+        if torch.allclose(got, expected, atol=1e-6):
+            continue
+        for message, variant in _SLIPS.items():
+            if torch.allclose(got, _table(max_len, d_model, **variant), atol=1e-6):
+                raise AssertionError(f"loop_table({max_len}, {d_model}): {message}")
         torch.testing.assert_close(got, expected, atol=1e-6, rtol=0, msg=lambda m: (
             f"loop_table({max_len}, {d_model}) differs from sinusoidal_table: {m}\n"
             "PE[pos, 2i] = sin(pos / 10000 ** (2i / d_model)) and PE[pos, 2i+1] = cos(same angle)"))
 
 
-def check_loop_table(loop_table) -> bool:
+def check_loop_table(loop_table) -> None:
     """`loop_table(max_len, d_model)`: the §3.5 table with two Python loops, equal to `sinusoidal_table`."""
-    return run_checker("the sinusoidal table with two loops", loop_table, _check_loop_table)
+    run_checker("the sinusoidal table with two loops", loop_table, _check_loop_table)
 
 
 def _check_learned_positions(module_class) -> None:
     torch.manual_seed(0)
     d_model, max_len = 8, 10
-    module = module_class(d_model, max_len)
+    module = call(module_class, d_model, max_len, on=f"building {module_class.__name__}(d_model={d_model}, "
+                  f"max_len={max_len})")
     assert isinstance(module, nn.Module), f"{module_class.__name__} must be an nn.Module subclass"
     parameters = [p for p in module.parameters() if p.requires_grad]
     n_parameters = sum(p.numel() for p in parameters)
@@ -53,7 +77,11 @@ def _check_learned_positions(module_class) -> None:
         f"{n_parameters}. Keep the table as an nn.Embedding or nn.Parameter (a buffer is not trained), "
         "and add no other layer")
     x = torch.randn(3, 7, d_model)                                   # (B, L, D)
-    out = module(x)
+    x_in = x.clone()
+    out = call(module, x_in, on=f"x of shape (B=3, L=7, D={d_model})", hint=lambda e: (
+        "the length is x.size(1) (x is batch first, (B, L, D)); look up rows torch.arange(L)"
+        if isinstance(e, (RuntimeError, IndexError)) else None))
+    assert torch.equal(x_in, x), "forward changed x in place (x += ...): return x + positions, a new tensor"
     assert isinstance(out, torch.Tensor) and out.shape == x.shape, \
         f"the output must have the shape of x, (B, L, D) = {tuple(x.shape)}, got {getattr(out, 'shape', out)}"
     assert not torch.allclose(out[0], out[1]), "return x plus the position vectors, not the position vectors alone"
@@ -73,14 +101,13 @@ def _check_learned_positions(module_class) -> None:
         f"{used.nonzero().flatten().tolist()}")
     try:
         module(torch.randn(1, max_len + 1, d_model))
-    except (IndexError, ValueError, RuntimeError):
+    except Exception:                                    # any error will do, the learner's own assert included
         pass
     else:
         raise AssertionError(f"an input of length max_len + 1 = {max_len + 1} must raise an error: the table has "
                              f"no row {max_len}, a learned table cannot extrapolate")
 
 
-def check_learned_positions(module_class) -> bool:
+def check_learned_positions(module_class) -> None:
     """`LearnedPositionalEncoding(d_model, max_len)`: x + a trainable (max_len, d_model) table."""
-    return run_checker("learned positional embeddings", module_class, _check_learned_positions)
-
+    run_checker("learned positional embeddings", module_class, _check_learned_positions)

@@ -7,7 +7,7 @@ with the course's `SublayerConnection(norm_first=True)`; both name the likely sl
 import torch
 from torch import Tensor, nn
 
-from transformer_lib.exercises import run_checker
+from transformer_lib.exercises import call, run_checker
 from transformer_lib.sublayers import LayerNorm, PositionwiseFeedForward, SublayerConnection
 
 
@@ -27,6 +27,13 @@ def _rms_reference(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     return weight * x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
 
 
+def _rms_hint(error: Exception) -> str | None:
+    if isinstance(error, RuntimeError) and "size of tensor" in str(error):
+        return ("the mean over the last dimension has shape (B, L) and cannot divide x (B, L, D): "
+                "keep the dimension, x.pow(2).mean(dim=-1, keepdim=True)")
+    return None
+
+
 def _check_rms_norm(rms_norm) -> None:
     if not hasattr(nn, "RMSNorm"):
         print(f"torch {torch.__version__} has no nn.RMSNorm (it came in torch 2.4): checking against the formula")
@@ -35,31 +42,54 @@ def _check_rms_norm(rms_norm) -> None:
     weight = torch.randn(8, generator=generator)                          # γ (D,)
     for eps in (1e-6, 0.5):                                               # a large ε shows where it goes
         expected = _rms_reference(x, weight, eps)
-        result = rms_norm(x.clone(), weight.clone(), eps)
+        x_in, weight_in = x.clone(), weight.clone()
+        result = call(rms_norm, x_in, weight_in, eps, on=f"x of shape (B, L, D) = {tuple(x.shape)}, weight (D,), "
+                      f"eps={eps}", hint=_rms_hint)
+        assert torch.equal(x_in, x) and torch.equal(weight_in, weight), \
+            "rms_norm changed its inputs in place (x /= ...); compute a new tensor"
         assert isinstance(result, Tensor), f"rms_norm must return a torch.Tensor, got {type(result).__name__}"
         assert result.shape == expected.shape, f"rms_norm returned shape {tuple(result.shape)}, expected {tuple(x.shape)}"
+        if torch.allclose(result, expected, atol=1e-5, rtol=1e-4):
+            continue
         ms = x.pow(2).mean(dim=-1, keepdim=True)                          # (B, L, 1): mean of the squares
         centred = x - x.mean(dim=-1, keepdim=True)
-        slips = {
-            "you subtracted the mean: that is LayerNorm. RMSNorm does not centre x, it only divides by "
-            "sqrt(mean(x²) + eps)": weight * centred / torch.sqrt(centred.pow(2).mean(dim=-1, keepdim=True) + eps),
-            "the sum of the squares was used; RMSNorm takes their mean over the last dimension (divide by D)":
-                weight * x / torch.sqrt(x.pow(2).sum(dim=-1, keepdim=True) + eps),
-            "the gain is missing: multiply by weight (γ, one per feature)": x / torch.sqrt(ms + eps),
-        }
+        std_slip = ("you divided by the standard deviation, which subtracts the mean first (x.std() or x.var()); "
+                    "RMSNorm divides by the root mean square of x itself: sqrt(mean(x²) + eps)")
+        slips = [
+            ("you subtracted the mean: that is LayerNorm. RMSNorm does not centre x, it only divides by "
+             "sqrt(mean(x²) + eps)", weight * centred / torch.sqrt(centred.pow(2).mean(dim=-1, keepdim=True) + eps)),
+            (std_slip, weight * x / x.std(dim=-1, keepdim=True)),
+            (std_slip, weight * x / (x.std(dim=-1, keepdim=True) + eps)),
+            (std_slip, weight * x / torch.sqrt(x.var(dim=-1, keepdim=True) + eps)),
+            (std_slip, weight * x / torch.sqrt(x.var(dim=-1, keepdim=True, unbiased=False) + eps)),
+            ("the sum of the squares was used; RMSNorm takes their mean over the last dimension (divide by D)",
+             weight * x / torch.sqrt(x.pow(2).sum(dim=-1, keepdim=True) + eps)),
+            ("the mean of x² must run over the LAST dimension, the D features of one position (dim=-1); "
+             "yours ran over another one", weight * x / torch.sqrt(x.pow(2).mean(dim=1, keepdim=True) + eps)),
+            ("the mean of x² must run over the LAST dimension, the D features of one position (dim=-1); "
+             "yours ran over another one", weight * x / torch.sqrt(x.pow(2).mean(dim=0, keepdim=True) + eps)),
+            ("you divided by mean(x²) + eps without the square root: sqrt(mean(x²) + eps)", weight * x / (ms + eps)),
+            ("the gain is missing: multiply by weight (γ, one per feature)", x / torch.sqrt(ms + eps)),
+            ("eps must be added, not multiplied: sqrt(mean(x²) + eps)", weight * x / torch.sqrt(ms * eps)),
+            ("the gain divides instead of multiplying: γ ⊙ x / sqrt(mean(x²) + eps)", x / torch.sqrt(ms + eps) / weight),
+        ]
         if eps > 0.1:  # with a tiny ε, where it goes makes no visible difference
-            slips["eps must go inside the square root: sqrt(mean(x²) + eps), as in nn.RMSNorm"] = \
-                weight * x / (ms.sqrt() + eps)
-        for message, wrong in slips.items():
+            slips += [("eps must go inside the square root: sqrt(mean(x²) + eps), as in nn.RMSNorm",
+                       weight * x / (ms.sqrt() + eps)),
+                      (f"eps is missing: divide by sqrt(mean(x²) + eps), which stays defined when x is all zeros "
+                       f"(here eps = {eps})", weight * x / ms.sqrt())]
+        for message, wrong in slips:
             assert not torch.allclose(result, wrong, atol=1e-5, rtol=1e-4), message
         torch.testing.assert_close(result, expected, atol=1e-5, rtol=1e-4, msg=lambda m: (
-            f"rms_norm differs from nn.RMSNorm(D, eps={eps}) with the same weight; the mean of x² runs over the "
-            f"last dimension, with keepdim=True: {m}"))
+            f"rms_norm differs from nn.RMSNorm(D, eps={eps}) with the same weight: γ ⊙ x / sqrt(mean(x²) + eps), "
+            f"the mean over the last dimension, with keepdim=True: {m}"))
+    zeros = call(rms_norm, torch.zeros(2, 8), weight.clone(), 1e-6, on="x all zeros (eps=1e-6)")
+    assert not zeros.isnan().any(), "x all zeros gave NaN: add eps inside the square root, sqrt(mean(x²) + eps)"
 
 
-def check_rms_norm(your_function) -> bool:
+def check_rms_norm(your_function) -> None:
     """Exercise 1 of notebook 06: RMSNorm, against torch.nn.RMSNorm."""
-    return run_checker("RMSNorm", your_function, _check_rms_norm)
+    run_checker("RMSNorm", your_function, _check_rms_norm)
 
 
 def _check_pre_ln_residual(pre_ln_residual) -> None:
@@ -72,13 +102,18 @@ def _check_pre_ln_residual(pre_ln_residual) -> None:
     block.norm.load_state_dict(norm.state_dict())
     with torch.no_grad():
         expected = block(x, sublayer)
-        result = pre_ln_residual(x.clone(), sublayer, norm)
+        result = call(pre_ln_residual, x.clone(), sublayer, norm, on=f"x of shape (B, L, D) = {tuple(x.shape)}, a "
+                      "PositionwiseFeedForward as the sublayer and a LayerNorm")
         slips = {
             "that is post-LN, LayerNorm(x + Sublayer(x)); pre-LN normalises the sublayer's input: "
             "x + Sublayer(LayerNorm(x))": norm(x + sublayer(x)),
             "the residual is missing: add x to the sublayer's output": sublayer(norm(x)),
             "the LayerNorm must be applied to the sublayer's input, not its output": x + norm(sublayer(x)),
             "the LayerNorm is missing: x + Sublayer(LayerNorm(x))": x + sublayer(x),
+            "the residual adds the NORMALISED x; add the original x: x + Sublayer(LayerNorm(x))":
+                norm(x) + sublayer(norm(x)),
+            "there is a LayerNorm on the output too; pre-LN leaves the residual path alone: x + Sublayer(LayerNorm(x))":
+                norm(x + sublayer(norm(x))),
         }
     assert isinstance(result, Tensor), f"pre_ln_residual must return a torch.Tensor, got {type(result).__name__}"
     assert result.shape == expected.shape, f"expected shape (B, L, D) = {tuple(expected.shape)}, got {tuple(result.shape)}"
@@ -88,6 +123,6 @@ def _check_pre_ln_residual(pre_ln_residual) -> None:
         f"pre_ln_residual differs from SublayerConnection(norm_first=True) without dropout: {m}"))
 
 
-def check_pre_ln_residual(your_function) -> bool:
+def check_pre_ln_residual(your_function) -> None:
     """Exercise 2 of notebook 06: x + Sublayer(LayerNorm(x))."""
-    return run_checker("pre-LN residual connection", your_function, _check_pre_ln_residual)
+    run_checker("pre-LN residual connection", your_function, _check_pre_ln_residual)
