@@ -1,10 +1,21 @@
 """The checkers of notebook 08's exercises: plausible wrong answers -> AssertionError
-with a message that says what is wrong, right answers -> True.
+with a message that says what is wrong, right answers (several ways of writing them) -> "correct".
 (Every checker's unfilled stub is tested in tests/test_exercises.py.)"""
+import contextlib
+import io
 import pytest
 import torch
 
 from transformer_lib.exercises.decoder import check_causal_mask, check_is_causal
+
+
+def accepted(check, answer) -> bool:
+    """The checker printed "correct: ..." (and only that) and returned None."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        result = check(answer)
+    return result is None and out.getvalue().startswith("correct: ") and out.getvalue().count("\n") == 1
+
 
 
 def right_causal_mask(T):
@@ -12,9 +23,21 @@ def right_causal_mask(T):
     return positions[None, :] > positions[:, None]          # key j after query i
 
 
-def test_causal_mask_right(capsys):
-    assert check_causal_mask(right_causal_mask) is True
-    assert "correct: causal_mask" in capsys.readouterr().out
+def causal_mask_loops(T):
+    mask = torch.zeros(T, T, dtype=torch.bool)
+    for i in range(T):
+        for j in range(i + 1, T):
+            mask[i, j] = True
+    return mask
+
+
+def causal_mask_tril(T):
+    return ~torch.ones(T, T, dtype=torch.bool).tril()       # tril is allowed; only triu is not
+
+
+@pytest.mark.parametrize("right", [right_causal_mask, causal_mask_loops, causal_mask_tril])
+def test_causal_mask_right(right):
+    assert accepted(check_causal_mask, right)
 
 
 @pytest.mark.parametrize("wrong, message", [
@@ -23,6 +46,10 @@ def test_causal_mask_right(capsys):
     (lambda T: right_causal_mask(T).T, "blocks the PAST"),
     (lambda T: torch.arange(T)[None, :] >= torch.arange(T)[:, None], "diagonal must be False"),
     (lambda T: right_causal_mask(T).int(), "must be bool"),
+    (lambda T: torch.arange(T)[None, :] > torch.arange(T)[:, None] + 1, "off by one"),
+    (lambda T: torch.arange(T)[None, :] > torch.arange(T - 1)[:, None], r"shape \(5, 5\)"),
+    (lambda T: right_causal_mask(T).tolist(), "return a torch.Tensor"),
+    (lambda T: torch.zeros(T, T, dtype=torch.bool).fill_diagonal_(True, wrap=False)[:, :T - 1], r"shape"),
 ])
 def test_causal_mask_wrong(wrong, message):
     with pytest.raises(AssertionError, match=message):
@@ -61,15 +88,56 @@ def only_first_output(decoder, tgt, memory):           # looks at output 0 only
     return True
 
 
-def test_is_causal_right(capsys):
-    assert check_is_causal(right_is_causal) is True
-    assert "correct: is_causal" in capsys.readouterr().out
+def is_causal_by_gradients(decoder, tgt, memory):
+    """Another right answer: output i has no gradient with respect to any later position."""
+    with torch.enable_grad():
+        tgt = tgt.clone().requires_grad_(True)
+        out = decoder(tgt, memory)
+        for i in range(tgt.size(1) - 1):
+            grad, = torch.autograd.grad(out[:, i].sum(), tgt, retain_graph=True)
+            if grad[:, i + 1:].abs().max() > 0:
+                return False
+    return True
+
+
+def edits_in_place(decoder, tgt, memory):
+    base = decoder(tgt, memory).clone()
+    for j in range(1, tgt.size(1)):
+        tgt[:, j] += 1.0                                      # forgets to clone: the caller's tgt changes
+        if (decoder(tgt, memory) - base)[:, :j].abs().max() > 1e-6:
+            return False
+    return True
+
+
+def includes_own_position(decoder, tgt, memory):        # demands that output j not move when j itself changes
+    base = decoder(tgt, memory)
+    for j in range(tgt.size(1)):
+        edited = tgt.clone()
+        edited[:, j] += 1.0
+        if (decoder(edited, memory) - base)[:, :j + 1].abs().max() > 1e-6:
+            return False
+    return True
+
+
+def returns_a_tensor(decoder, tgt, memory):
+    return torch.tensor(1.0) if right_is_causal(decoder, tgt, memory) else torch.tensor(0.0)
+
+
+@pytest.mark.parametrize("right", [right_is_causal, is_causal_by_gradients,
+                                   lambda d, t, m: torch.tensor(right_is_causal(d, t, m))])
+def test_is_causal_right(right):
+    assert accepted(check_is_causal, right)
 
 
 @pytest.mark.parametrize("wrong, message", [(lambda d, t, m: True, "WITHOUT the causal mask"),
                                             (lambda d, t, m: False, "said False"),
                                             (only_next_position, "not only the next one"),
-                                            (only_first_output, "not only the first")])
+                                            (only_first_output, "not only the first"),
+                                            (edits_in_place, "changed its inputs"),
+                                            (includes_own_position, "said False"),
+                                            (returns_a_tensor, "return True or False"),
+                                            (lambda d, t, m: d(t[:, :-1], m), "return True or False"),
+                                            (lambda d, t, m: d(t, m.transpose(0, 1)), "raised")])
 def test_is_causal_wrong(wrong, message):
     with pytest.raises(AssertionError, match=message):
         check_is_causal(wrong)

@@ -1,25 +1,59 @@
 """The checkers of notebook 07's exercises: plausible wrong answers -> AssertionError
-with a message that says what is wrong, right answers -> True.
+with a message that says what is wrong, right answers (several ways of writing them) -> "correct".
 (Every checker's unfilled stub is tested in tests/test_exercises.py.)"""
+import contextlib
+import io
 import pytest
 import torch
 
 from transformer_lib.exercises.encoder import check_padding_mask, check_pre_ln_encoder_layer
 
 
+def accepted(check, answer) -> bool:
+    """The checker printed "correct: ..." (and only that) and returned None."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        result = check(answer)
+    return result is None and out.getvalue().startswith("correct: ") and out.getvalue().count("\n") == 1
+
+
+
 def right_padding_mask(lengths, max_len):
     return torch.arange(max_len)[None, :] >= lengths[:, None]
 
 
-def test_padding_mask_right(capsys):
-    assert check_padding_mask(right_padding_mask) is True
-    assert "correct: padding_mask" in capsys.readouterr().out
+def padding_mask_loops(lengths, max_len):
+    mask = torch.zeros(len(lengths), max_len, dtype=torch.bool)
+    for b, n in enumerate(lengths.tolist()):
+        mask[b, n:] = True
+    return mask
+
+
+def padding_mask_from_ones(lengths, max_len):
+    real = torch.ones(len(lengths), max_len).cumsum(1) <= lengths[:, None]    # float cumsum, bool out
+    return ~real
+
+
+@pytest.mark.parametrize("right", [right_padding_mask, padding_mask_loops, padding_mask_from_ones])
+def test_padding_mask_right(right):
+    assert accepted(check_padding_mask, right)
+
+
+def in_place_lengths(lengths, max_len):
+    lengths.unsqueeze_(1)                                          # (B,) -> (B, 1), in the caller's tensor too
+    return torch.arange(max_len)[None, :] >= lengths
 
 
 @pytest.mark.parametrize("wrong, message", [
     (lambda lengths, max_len: torch.arange(max_len)[None, :] < lengths[:, None], "marks the real tokens"),
     (lambda lengths, max_len: (torch.arange(max_len)[None, :] >= lengths[:, None]).float(), "must be bool"),
-    (lambda lengths, max_len: torch.arange(max_len)[None, :] > lengths[:, None], "j >= length"),
+    (lambda lengths, max_len: torch.arange(max_len)[None, :] > lengths[:, None], "off by one.*j >= n"),
+    (lambda lengths, max_len: torch.arange(max_len)[None, :] >= lengths[:, None] - 1, "last real token"),
+    (lambda lengths, max_len: right_padding_mask(lengths, max_len).T, r"\(max_len, B\)"),
+    (lambda lengths, max_len: right_padding_mask(lengths, int(lengths.max())), "not lengths.max"),
+    (lambda lengths, max_len: right_padding_mask(lengths, max_len).tolist(), "return a torch.Tensor"),
+    (lambda lengths, max_len: torch.arange(max_len) >= lengths, "raised RuntimeError"),
+    (in_place_lengths, "in place"),
 ])
 def test_padding_mask_wrong(wrong, message):
     with pytest.raises(AssertionError, match=message):
@@ -44,13 +78,44 @@ def normalised_output(x, self_attn, feed_forward, norm1, norm2, src_key_padding_
     return norm2(right_pre_ln(x, self_attn, feed_forward, norm1, norm2, src_key_padding_mask))
 
 
-def test_pre_ln_right(capsys):
-    assert check_pre_ln_encoder_layer(right_pre_ln) is True
-    assert "correct: pre_ln_encoder_layer" in capsys.readouterr().out
+def pre_ln_keywords(x, self_attn, feed_forward, norm1, norm2, src_key_padding_mask=None):
+    y = norm1(x)
+    x = x + self_attn(query=y, key=y, value=y, key_padding_mask=src_key_padding_mask, need_weights=False)[0]
+    return x + feed_forward(norm2(x))
 
 
-@pytest.mark.parametrize("wrong, message", [(post_ln, "post-LN"), (no_mask, "padding mask is ignored"),
-                                            (normalised_output, "no LayerNorm on the output")])
+def pre_ln(x, self_attn, feed_forward, norm1, norm2, mask, swap=False, second_from_x=False, norm_residual=False,
+           drop_ff=False, raw_attn=False):
+    if swap:
+        norm1, norm2 = norm2, norm1
+    y = norm1(x)
+    out = self_attn(y, y, y, key_padding_mask=mask)
+    h = (y if norm_residual else x) + (out if raw_attn else out[0])
+    if drop_ff:
+        return h
+    return (x if second_from_x else norm2(h) if norm_residual else h) + feed_forward(norm2(h))
+
+
+@pytest.mark.parametrize("right", [right_pre_ln, pre_ln_keywords])
+def test_pre_ln_right(right):
+    assert accepted(check_pre_ln_encoder_layer, right)
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (post_ln, "post-LN"), (no_mask, "padding mask is ignored"),
+    (normalised_output, "LayerNorm was applied to the layer's output"),
+    (lambda x, a, f, n1, n2, src_key_padding_mask=None: pre_ln(x, a, f, n1, n2, ~src_key_padding_mask), "inverted"),
+    (lambda x, a, f, n1, n2, src_key_padding_mask=None: pre_ln(x, a, f, n1, n2, src_key_padding_mask, swap=True),
+     "swapped"),
+    (lambda x, a, f, n1, n2, src_key_padding_mask=None: pre_ln(x, a, f, n1, n2, src_key_padding_mask,
+                                                                second_from_x=True), "second residual adds x"),
+    (lambda x, a, f, n1, n2, src_key_padding_mask=None: pre_ln(x, a, f, n1, n2, src_key_padding_mask,
+                                                                norm_residual=True), "add the input itself"),
+    (lambda x, a, f, n1, n2, src_key_padding_mask=None: pre_ln(x, a, f, n1, n2, src_key_padding_mask,
+                                                                drop_ff=True), "feed-forward block is missing"),
+    (lambda x, a, f, n1, n2, src_key_padding_mask=None: pre_ln(x, a, f, n1, n2, src_key_padding_mask,
+                                                                raw_attn=True), "take \\[0\\]"),
+])
 def test_pre_ln_wrong(wrong, message):
     with pytest.raises(AssertionError, match=message):
         check_pre_ln_encoder_layer(wrong)

@@ -1,36 +1,69 @@
 """The checkers of notebook 09's exercises: plausible wrong answers -> AssertionError
-with a message that says what is wrong, right answers -> True.
+with a message that says what is wrong, right answers (several ways of writing them) -> "correct".
 (Every checker's unfilled stub is tested in tests/test_exercises.py.)"""
+import contextlib
+import io
 import pytest
 import torch
 
 from transformer_lib.exercises.model import check_copy_batch, check_count_parameters
 
 
+def accepted(check, answer) -> bool:
+    """The checker printed "correct: ..." (and only that) and returned None."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        result = check(answer)
+    return result is None and out.getvalue().startswith("correct: ") and out.getvalue().count("\n") == 1
+
+
+
 def count(src_vocab_size, tgt_vocab_size, d_model, d_ff, n_layers, tie_embeddings=True, norm_first=False,
-          biases=True, final_norms=True, tied_generator_counted=False):
+          biases=True, final_norms=True, tied_generator_counted=False, cross_attention=True, norms=True,
+          positions=False, generator_bias=False, projections=4, untied_generator=True):
     D, F, N = d_model, d_ff, n_layers
-    attention = 4 * D * D + (4 * D if biases else 0)
+    attention = projections * D * D + (projections * D if biases else 0)
     ffn = 2 * D * F + ((F + D) if biases else 0)
-    layers = N * (attention + ffn + 2 * 2 * D) + N * (2 * attention + ffn + 3 * 2 * D)
+    norm = 2 * D if norms else 0
+    layers = N * (attention + ffn + 2 * norm) + N * ((2 if cross_attention else 1) * attention + ffn
+                                                      + (3 if cross_attention else 2) * norm)
     if norm_first and final_norms:
         layers += 2 * 2 * D
     if tie_embeddings:
         embeddings = src_vocab_size * D + (tgt_vocab_size * D if tied_generator_counted else 0)
     else:
-        embeddings = src_vocab_size * D + 2 * tgt_vocab_size * D
-    return layers + embeddings
+        embeddings = src_vocab_size * D + (2 if untied_generator else 1) * tgt_vocab_size * D
+    return layers + embeddings + (512 * D if positions else 0) + (tgt_vocab_size if generator_bias else 0)
 
 
-def test_count_parameters_right(capsys):
-    assert check_count_parameters(count) is True
-    assert "correct: count_parameters" in capsys.readouterr().out
+def count_with_meta_model(src_vocab_size, tgt_vocab_size, d_model, d_ff, n_layers, tie_embeddings=True,
+                          norm_first=False):
+    """Another right answer (though the exercise asks for a formula): count the model's own parameters."""
+    from transformer_lib.model import Transformer
+    with torch.device("meta"):
+        model = Transformer(src_vocab_size, tgt_vocab_size, d_model=d_model, n_heads=1, d_ff=d_ff,
+                            n_encoder_layers=n_layers, n_decoder_layers=n_layers, norm_first=norm_first,
+                            tie_embeddings=tie_embeddings)
+    return torch.tensor(sum(p.numel() for p in model.parameters()))
+
+
+@pytest.mark.parametrize("right", [count, count_with_meta_model])
+def test_count_parameters_right(right):
+    assert accepted(check_count_parameters, right)
 
 
 @pytest.mark.parametrize("wrong, message", [
     (lambda *a, **k: count(*a, **k, final_norms=False), "one more LayerNorm"),
     (lambda *a, **k: count(*a, **k, tied_generator_counted=True), "count V·D once"),
     (lambda *a, **k: count(*a, **k, biases=False), "biases are missing"),
+    (lambda *a, **k: count(*a, **k, cross_attention=False), "cross-attention is missing"),
+    (lambda *a, **k: count(*a, **k, norms=False), "LayerNorms are missing"),
+    (lambda *a, **k: count(*a, **k, positions=True), "sinusoidal table"),
+    (lambda *a, **k: count(*a, **k, generator_bias=True), "no bias"),
+    (lambda *a, **k: count(*a, **k, projections=3), "FOUR D x D projections"),
+    (lambda *a, **k: count(*a, **k, untied_generator=False), "third V_tgt x D matrix"),
+    (lambda *a, **k: float(count(*a, **k)), "whole number"),
+    (lambda s, t, d, f, n: count(s, t, d, f, n), "raised TypeError"),
 ])
 def test_count_parameters_wrong(wrong, message):
     with pytest.raises(AssertionError, match=message):
@@ -64,19 +97,42 @@ def reversed_batch(src):
     return right_copy_batch(flipped)
 
 
-def test_copy_batch_right(capsys):
-    assert check_copy_batch(right_copy_batch) is True
-    assert "correct: copy_batch" in capsys.readouterr().out
+def copy_batch_loops(src):
+    rows_in, rows_out = [], []
+    for row in src.tolist():
+        symbols = [t for t in row if t != 0]
+        labels = symbols + [2] + [0] * (len(row) - len(symbols))
+        rows_out.append(labels)
+        rows_in.append([1] + symbols + [0] * (len(row) - len(symbols)))
+    return torch.tensor(rows_in), torch.tensor(rows_out)
+
+
+def eos_at_row_end(src):
+    labels = torch.cat([src, torch.full((src.size(0), 1), 2)], dim=1)
+    return torch.cat([torch.ones(src.size(0), 1, dtype=src.dtype), src], dim=1), labels
+
+
+def in_place_src(src):
+    src[src == 0] = 0
+    src.add_(0)
+    src[:, 0] = src[:, 0]
+    out = right_copy_batch(src.clone())
+    src.fill_(0)
+    return out
+
+
+@pytest.mark.parametrize("right", [right_copy_batch, copy_batch_loops])
+def test_copy_batch_right(right):
+    assert accepted(check_copy_batch, right)
 
 
 @pytest.mark.parametrize("wrong, message", [(not_shifted, "shifted right"), (eos_fed, "never fed"),
-                                            (lambda src: (src, src), r"shape \(B, L \+ 1\)")])
+                                            (lambda src: (src, src), r"shape \(B, L \+ 1\)"),
+                                            (reversed_batch, "that is reversal"),
+                                            (eos_at_row_end, "not at the end of the padded row"),
+                                            (in_place_src, "changed src in place"),
+                                            (lambda src: right_copy_batch(src)[1], "return a pair")])
 def test_copy_batch_wrong(wrong, message):
     with pytest.raises(AssertionError, match=message):
         check_copy_batch(wrong)
 
-
-def test_copy_batch_reversal_is_wrong():
-    # the reversal of a source whose rows are not palindromes is caught with its own message
-    with pytest.raises(AssertionError):
-        check_copy_batch(reversed_batch)

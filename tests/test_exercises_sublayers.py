@@ -1,5 +1,5 @@
 """The checkers of notebook 06's exercises: plausible slips -> a message
-that names them, a right answer -> True; the RMSNorm checker also works without nn.RMSNorm.
+that names them, right answers (several ways of writing them) -> "correct"; the RMSNorm checker also works without nn.RMSNorm.
 (Every checker's unfilled stub is tested in tests/test_exercises.py.)"""
 import contextlib
 import io

@@ -2,57 +2,106 @@
 import torch
 
 from transformer_lib.encoder import EncoderLayer
-from transformer_lib.exercises import run_checker
+from transformer_lib.exercises import call, run_checker
 
 
-def check_padding_mask(your_function) -> bool:
-    """`padding_mask(lengths, max_len)` -> (B, max_len) bool, True at padded positions."""
-    def check(padding_mask):
-        lengths = torch.tensor([4, 1, 6, 3])
-        expected = torch.arange(6)[None, :] >= lengths[:, None]                 # (B, S), True = padding
-        got = padding_mask(lengths, 6)
+def _check_padding_mask(padding_mask) -> None:
+    for lengths, max_len in (([4, 1, 6, 3], 6), ([2, 3], 5), ([3], 3)):
+        lengths = torch.tensor(lengths)
+        expected = torch.arange(max_len)[None, :] >= lengths[:, None]       # (B, S), True = padding
+        lengths_in = lengths.clone()
+        got = call(padding_mask, lengths_in, max_len, on=f"lengths={lengths.tolist()}, max_len={max_len}")
+        assert torch.equal(lengths_in, lengths), "padding_mask changed the lengths tensor in place"
         assert isinstance(got, torch.Tensor), f"return a torch.Tensor, got {type(got).__name__}"
-        assert got.shape == (4, 6), f"lengths of 4 sentences and max_len=6 give shape (4, 6), got {tuple(got.shape)}"
+        B = len(lengths)
+        if tuple(got.shape) == (max_len, B) and B != max_len:
+            raise AssertionError(f"shape {tuple(got.shape)} is (max_len, B); a key_padding_mask is batch first, "
+                                 f"(B, max_len) = ({B}, {max_len})")
+        if tuple(got.shape) == (B, int(lengths.max())) and max_len != int(lengths.max()):
+            raise AssertionError(f"lengths {lengths.tolist()} with max_len={max_len} gave shape {tuple(got.shape)}: "
+                                 "the mask has max_len columns (the padded batch's width), not lengths.max()")
+        assert got.shape == (B, max_len), \
+            f"lengths of {B} sentences and max_len={max_len} give shape ({B}, {max_len}), got {tuple(got.shape)}"
         assert got.dtype == torch.bool, (f"the mask must be bool (True = padding), got {got.dtype}; "
                                          f"a float or 0/1 mask is a different convention")
+        if torch.equal(got, expected):
+            continue
         assert not torch.equal(got, ~expected), ("True must mark the PADDING (PyTorch's key_padding_mask), "
                                                  "your mask marks the real tokens: invert it")
-        assert torch.equal(got, expected), (f"for lengths {lengths.tolist()} expected\n{expected.int()}\n"
-                                            f"got\n{got.int()}\n(position j of sentence b is padding when j >= length)")
-        assert not padding_mask(torch.tensor([3]), 3).any(), "a sentence as long as max_len has no padding"
-    return run_checker("padding_mask", your_function, check)
+        positions = torch.arange(max_len)[None, :]
+        if torch.equal(got, positions > lengths[:, None]):
+            raise AssertionError("off by one: position j of a sentence of length n is padding when j >= n "
+                                 "(positions count from 0), so the first padded position is j = n itself")
+        if torch.equal(got, positions >= lengths[:, None] - 1):
+            raise AssertionError("off by one: the last real token (position n - 1) was marked as padding; "
+                                 "padding starts at j = n")
+        raise AssertionError(f"for lengths {lengths.tolist()} expected\n{expected.int()}\ngot\n{got.int()}\n"
+                             "(position j of sentence b is padding when j >= length)")
 
 
-def check_pre_ln_encoder_layer(your_function) -> bool:
+def check_padding_mask(your_function) -> None:
+    """`padding_mask(lengths, max_len)` -> (B, max_len) bool, True at padded positions."""
+    run_checker("padding_mask", your_function, _check_padding_mask)
+
+
+def _layer_hint(error: Exception) -> str | None:
+    if isinstance(error, (TypeError, AttributeError)) and "tuple" in str(error):
+        return "self_attn returns a pair (output, weights), as nn.MultiheadAttention does: take [0]"
+    return None
+
+
+def _check_pre_ln_encoder_layer(pre_ln_encoder_layer) -> None:
+    torch.manual_seed(0)
+    D, H, F, B, S = 16, 4, 32, 2, 5
+    layer = EncoderLayer(D, H, F, dropout=0.0, norm_first=True).eval()
+    with torch.no_grad():                  # non-trivial norms, so that a missing or swapped norm shows
+        for sublayer in layer.sublayers:
+            sublayer.norm.weight.uniform_(0.5, 1.5)
+            sublayer.norm.bias.uniform_(-0.5, 0.5)
+    x = torch.randn(B, S, D)
+    padding = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
+    attn, ff, norm1, norm2 = layer.self_attn, layer.feed_forward, layer.sublayers[0].norm, layer.sublayers[1].norm
+    with torch.no_grad():
+        got = call(pre_ln_encoder_layer, x.clone(), attn, ff, norm1, norm2, src_key_padding_mask=padding.clone(),
+                   on=f"x of shape (B, S, D) = {tuple(x.shape)} and a padding mask (B, S)", hint=_layer_hint)
+        expected = layer(x, src_key_padding_mask=padding)
+        post_ln = EncoderLayer(D, H, F, dropout=0.0).eval()
+        post_ln.load_state_dict(layer.state_dict())
+
+        def sa(h, mask=padding):
+            return attn(h, h, h, key_padding_mask=mask)[0]
+
+        h = x + sa(norm1(x))
+        slips = {
+            "that is the post-LN layer, LayerNorm(x + Sublayer(x)); pre-LN normalises the sublayer's INPUT and "
+            "leaves the residual path alone: x + Sublayer(LayerNorm(x))": post_ln(x, src_key_padding_mask=padding),
+            "the padding mask is ignored: pass src_key_padding_mask to self_attn as key_padding_mask":
+                layer(x),
+            "the padding mask is inverted: True in src_key_padding_mask marks padding, pass it to self_attn "
+            "unchanged as key_padding_mask": (lambda h2: h2 + ff(norm2(h2)))(x + sa(norm1(x), ~padding)),
+            "norm1 and norm2 are swapped: norm1 goes before self-attention, norm2 before the feed-forward":
+                (lambda h2: h2 + ff(norm1(h2)))(x + sa(norm2(x))),
+            "the second residual adds x; it must add h, the output of the self-attention block: "
+            "h + FFN(norm2(h))": x + ff(norm2(h)),
+            "the residuals add the normalised input; add the input itself: h = x + SelfAttn(norm1(x)), "
+            "then h + FFN(norm2(h))": (lambda h2: norm2(h2) + ff(norm2(h2)))(norm1(x) + sa(norm1(x))),
+            "a LayerNorm was applied to the layer's output; EncoderLayer(norm_first=True) has none (the Encoder "
+            "adds one after the last layer)": norm2(expected),
+            "the feed-forward block is missing: h + FFN(norm2(h))": h,
+        }
+    assert isinstance(got, torch.Tensor) and got.shape == x.shape, \
+        f"return a tensor of the input's shape {tuple(x.shape)}, got {getattr(got, 'shape', type(got).__name__)}"
+    if torch.allclose(got, expected, atol=1e-5):
+        return
+    for message, wrong in slips.items():
+        if wrong.isfinite().all() and torch.allclose(got, wrong, atol=1e-5):
+            raise AssertionError(message)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0, msg=lambda m: (
+        "differs from EncoderLayer(norm_first=True): h = x + SelfAttn(norm1(x)), then "
+        "h + FFN(norm2(h)), with no LayerNorm on the output\n" + m))
+
+
+def check_pre_ln_encoder_layer(your_function) -> None:
     """`pre_ln_encoder_layer(x, self_attn, feed_forward, norm1, norm2, src_key_padding_mask)` equals
     `EncoderLayer(norm_first=True)`."""
-    def check(pre_ln_encoder_layer):
-        torch.manual_seed(0)
-        D, H, F, B, S = 16, 4, 32, 2, 5
-        layer = EncoderLayer(D, H, F, dropout=0.0, norm_first=True).eval()
-        with torch.no_grad():                  # non-trivial norms, so that a missing or swapped norm shows
-            for sublayer in layer.sublayers:
-                sublayer.norm.weight.uniform_(0.5, 1.5)
-                sublayer.norm.bias.uniform_(-0.5, 0.5)
-        x = torch.randn(B, S, D)
-        padding = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
-        args = (layer.self_attn, layer.feed_forward, layer.sublayers[0].norm, layer.sublayers[1].norm)
-        with torch.no_grad():
-            got = pre_ln_encoder_layer(x, *args, src_key_padding_mask=padding)
-            expected = layer(x, src_key_padding_mask=padding)
-            post_ln = EncoderLayer(D, H, F, dropout=0.0).eval()
-            post_ln.load_state_dict(layer.state_dict())
-            post = post_ln(x, src_key_padding_mask=padding)
-            unmasked = layer(x)
-        assert isinstance(got, torch.Tensor) and got.shape == x.shape, \
-            f"return a tensor of the input's shape {tuple(x.shape)}, got {getattr(got, 'shape', type(got).__name__)}"
-        if torch.allclose(got, post, atol=1e-5):
-            raise AssertionError("that is the post-LN layer, LayerNorm(x + Sublayer(x)); pre-LN normalises the "
-                                 "sublayer's INPUT and leaves the residual path alone: x + Sublayer(LayerNorm(x))")
-        if torch.allclose(got, unmasked, atol=1e-5):
-            raise AssertionError("the padding mask is ignored: pass src_key_padding_mask to self_attn "
-                                 "as key_padding_mask")
-        torch.testing.assert_close(got, expected, atol=1e-5, rtol=0, msg=lambda m: (
-            "differs from EncoderLayer(norm_first=True): h = x + SelfAttn(norm1(x)), then "
-            "h + FFN(norm2(h)), with no LayerNorm on the output\n" + m))
-    return run_checker("pre_ln_encoder_layer", your_function, check)
+    run_checker("pre_ln_encoder_layer", your_function, _check_pre_ln_encoder_layer)
