@@ -1,11 +1,22 @@
 """The checkers of notebook 10's coding exercises: plausible mistakes
 raise AssertionError with a message that says what is wrong, a right answer passes.
 (Every checker's unfilled stub is tested in tests/test_exercises.py.)"""
+import contextlib
+import io
 import pytest
 import torch
 
 from transformer_lib.data import token_batches
 from transformer_lib.exercises.data import check_real_token_batches, check_target_mask
+
+
+def accepted(check, answer) -> bool:
+    """The checker printed "correct: ..." (and only that) and returned None."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        result = check(answer)
+    return result is None and out.getvalue().startswith("correct: ") and out.getvalue().count("\n") == 1
+
 
 
 def real_token_batches(lengths, max_tokens):
@@ -31,19 +42,47 @@ def real_token_batches_strict(lengths, max_tokens):
     return batches + [current] if current else batches
 
 
+def real_token_batches_rule(lengths, max_tokens, too_many):
+    batches, current, src_sum, tgt_sum = [], [], 0, 0
+    for i, (s, t) in enumerate(lengths):
+        if current and too_many(src_sum + s, tgt_sum + t, max_tokens):
+            batches.append(current)
+            current, src_sum, tgt_sum = [], 0, 0
+        current.append(i)
+        src_sum, tgt_sum = src_sum + s, tgt_sum + t
+    return batches + [current] if current else batches
+
+
+def real_token_batches_lookahead(lengths, max_tokens):
+    """Another right answer: indices first, sums recomputed from the batch, tuples out."""
+    batches = [[]]
+    for i in range(len(lengths)):
+        candidate = batches[-1] + [i]
+        fits = all(sum(lengths[j][side] for j in candidate) <= max_tokens for side in (0, 1))
+        if fits or not batches[-1]:
+            batches[-1] = candidate
+        else:
+            batches.append([i])
+    return [tuple(b) for b in batches]
+
+
 def target_mask(tgt_in, pad_id):
     T = tgt_in.size(1)
     return torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1) | (tgt_in == pad_id)[:, None, :]
 
 
-def test_real_token_batches_right_answer(capsys):
-    assert check_real_token_batches(real_token_batches) is True
-    assert "correct: batches by real tokens" in capsys.readouterr().out
+@pytest.mark.parametrize("right", [real_token_batches, real_token_batches_lookahead])
+def test_real_token_batches_right_answers(right):
+    assert accepted(check_real_token_batches, right)
 
 
 @pytest.mark.parametrize("wrong,message", [
+    (lambda lengths, m: real_token_batches_rule(lengths, m, lambda s, t, m: s > m), "count the target side too"),
+    (lambda lengths, m: real_token_batches_rule(lengths, m, lambda s, t, m: s + t > m), "not their sum"),
+    (lambda lengths, m: [[]] + real_token_batches(lengths, m), "an empty batch"),
+    (lambda lengths, m: real_token_batches(lengths, m)[0], "list of batches, each a list of example indices"),
     (lambda lengths, m: token_batches(lengths, m, shuffle=False, bucket=False), "cap the PADDED size"),
-    (real_token_batches_strict, "a batch of exactly max_tokens is allowed"),
+    (real_token_batches_strict, "exactly max_tokens real tokens is allowed"),
     (lambda lengths, m: [sorted(b, reverse=True) for b in real_token_batches(lengths, m)], "keep the examples in the order"),
     (lambda lengths, m: real_token_batches(lengths, m)[:-1], "exactly one batch"),
 ])
@@ -52,12 +91,26 @@ def test_real_token_batches_wrong_answers(wrong, message):
         check_real_token_batches(wrong)
 
 
-def test_target_mask_right_answer(capsys):
-    assert check_target_mask(target_mask) is True
-    assert "correct:" in capsys.readouterr().out
+def target_mask_loops(tgt_in, pad_id):
+    B, T = tgt_in.shape
+    mask = torch.zeros(B, T, T, dtype=torch.bool)
+    for b in range(B):
+        for t in range(T):
+            for j in range(T):
+                mask[b, t, j] = j > t or tgt_in[b, j].item() == pad_id
+    return mask
+
+
+@pytest.mark.parametrize("right", [target_mask, target_mask_loops])
+def test_target_mask_right_answers(right):
+    assert accepted(check_target_mask, right)
 
 
 @pytest.mark.parametrize("wrong,message", [
+    (lambda tgt, pad: torch.triu(torch.ones(tgt.size(1), tgt.size(1), dtype=torch.bool), diagonal=1)
+     & (tgt == pad)[:, None, :], "combine the two masks with \\|"),
+    (lambda tgt, pad: torch.triu(torch.ones(tgt.size(1), tgt.size(1), dtype=torch.bool), diagonal=1)
+     | (tgt == pad)[None, :, :], "raised RuntimeError|shape"),
     (lambda tgt, pad: ~target_mask(tgt, pad), "inverted"),
     (lambda tgt, pad: torch.triu(torch.ones(tgt.size(1), tgt.size(1), dtype=torch.bool))
      | (tgt == pad)[:, None, :], "attend to itself"),

@@ -6,18 +6,22 @@ function on small inputs and compares it with a reference written here or with `
 import torch
 
 from transformer_lib.data import token_batches
-from transformer_lib.exercises import run_checker
+from transformer_lib.exercises import call, run_checker
 
 # Lengths (source, target) in tokens, chosen so that the real-token and the padded-token rules differ.
 _LENGTHS = [(3, 4), (5, 2), (2, 2), (6, 6), (1, 9), (4, 4), (2, 3), (3, 1), (10, 2), (1, 1)]
 
 
-def _real_token_batches(lengths: list[tuple[int, int]], max_tokens: int) -> list[list[int]]:
+def _real_token_batches(lengths: list[tuple[int, int]], max_tokens: int, rule: str = "right") -> list[list[int]]:
     """Reference: in the given order, close a batch when one more example would put more than
-    `max_tokens` real tokens on either side."""
+    `max_tokens` real tokens on either side (`rule` other than "right": a usual slip)."""
+    too_many = {"right": lambda s, t: s > max_tokens or t > max_tokens,
+                "strict": lambda s, t: s >= max_tokens or t >= max_tokens,
+                "source only": lambda s, t: s > max_tokens,
+                "sum": lambda s, t: s + t > max_tokens}[rule]
     batches, current, src_sum, tgt_sum = [], [], 0, 0
     for i, (s, t) in enumerate(lengths):
-        if current and (src_sum + s > max_tokens or tgt_sum + t > max_tokens):
+        if current and too_many(src_sum + s, tgt_sum + t):
             batches.append(current)
             current, src_sum, tgt_sum = [], 0, 0
         current.append(i)
@@ -25,13 +29,17 @@ def _real_token_batches(lengths: list[tuple[int, int]], max_tokens: int) -> list
     return batches + [current] if current else batches
 
 
-def check_real_token_batches(your_function) -> bool:
+def check_real_token_batches(your_function) -> None:
     """`your_function(lengths, max_tokens)` -> batches of indices, budget counted in real tokens."""
     def _check(fn):
         for max_tokens in (10, 12, 30):
             expected = _real_token_batches(_LENGTHS, max_tokens)
-            got = fn(list(_LENGTHS), max_tokens)
+            got = call(fn, list(_LENGTHS), max_tokens, on=f"lengths={_LENGTHS}, max_tokens={max_tokens}")
+            assert isinstance(got, (list, tuple)) and all(isinstance(b, (list, tuple)) for b in got), \
+                f"return a list of batches, each a list of example indices, got {got!r}"
             got = [list(b) for b in got]
+            assert [] not in got, ("an empty batch: open a new batch only when the current one holds at least one "
+                                   "example (an example too long for any batch gets a batch of its own)")
             assert sorted(i for b in got for i in b) == list(range(len(_LENGTHS))), (
                 "every example index must appear in exactly one batch")
             assert [i for b in got for i in b] == list(range(len(_LENGTHS))), (
@@ -40,6 +48,14 @@ def check_real_token_batches(your_function) -> bool:
                     and got != expected:
                 raise AssertionError("these are the course's batches: they cap the PADDED size, B times the "
                                      "longest sentence; this rule counts REAL tokens, the sum of the lengths")
+            slips = {"strict": "a batch of exactly max_tokens real tokens is allowed: close it only when the next "
+                               "example would go OVER max_tokens (>, not >=)",
+                     "source only": "count the target side too: close a batch when either side would go over max_tokens",
+                     "sum": "count each side on its own: the source tokens must fit max_tokens, and so must the "
+                            "target tokens (not their sum)"}
+            for rule, message in slips.items():
+                if got == _real_token_batches(_LENGTHS, max_tokens, rule) != expected:
+                    raise AssertionError(f"max_tokens={max_tokens}: {message}")
             for b in got:
                 src, tgt = sum(_LENGTHS[i][0] for i in b), sum(_LENGTHS[i][1] for i in b)
                 assert len(b) == 1 or (src <= max_tokens and tgt <= max_tokens), (
@@ -47,7 +63,7 @@ def check_real_token_batches(your_function) -> bool:
             assert got == expected, (
                 f"max_tokens={max_tokens}: expected {expected}, got {got}; close a batch only when the next example "
                 "would push either side over max_tokens (a batch of exactly max_tokens is allowed)")
-    return run_checker("batches by real tokens", your_function, _check)
+    run_checker("batches by real tokens", your_function, _check)
 
 
 def _target_mask(tgt_in: torch.Tensor, pad_id: int) -> torch.Tensor:
@@ -56,23 +72,31 @@ def _target_mask(tgt_in: torch.Tensor, pad_id: int) -> torch.Tensor:
     return causal | (tgt_in == pad_id)[:, None, :]                         # (B, T, T): keys that are padding
 
 
-def check_target_mask(your_function) -> bool:
+def check_target_mask(your_function) -> None:
     """`your_function(tgt_in (B, T), pad_id)` -> bool (B, T, T), True where query t may NOT attend key j."""
     def _check(fn):
         pad = 0
         tgt_in = torch.tensor([[1, 5, 6, 7, 8], [1, 9, 4, 0, 0], [1, 3, 0, 0, 0]])  # (B=3, T=5)
         expected = _target_mask(tgt_in, pad)
-        got = fn(tgt_in.clone(), pad)
+        got = call(fn, tgt_in.clone(), pad, on=f"tgt_in of shape (B, T) = {tuple(tgt_in.shape)} with pad_id={pad}")
         assert isinstance(got, torch.Tensor), f"return a tensor, got {type(got).__name__}"
         assert got.shape == expected.shape, f"expected shape (B, T, T) = {tuple(expected.shape)}, got {tuple(got.shape)}"
         assert got.dtype == torch.bool, f"return a boolean mask (dtype torch.bool), got {got.dtype}"
         if torch.equal(got, ~expected):
             raise AssertionError("the mask is inverted: True must mean NOT allowed (PyTorch's convention)")
+        causal = expected[0]
+        padding = (tgt_in == pad)[:, None, :]
+        if torch.equal(got, causal & padding):
+            raise AssertionError("combine the two masks with | (or): a key is blocked if it is in the future OR "
+                                 "padding; & blocks only keys that are both")
         assert not got[0].diagonal().any(), "a position may attend to itself: the diagonal of a real token must be False"
         assert torch.equal(got[0], expected[0]), ("row 0 has no padding, so its mask is the causal mask: True above "
                                                   "the diagonal (key j > query t), False on and below it")
         if torch.equal(got, expected[0].expand_as(expected)):
             raise AssertionError("padding is not masked: keys whose token is pad_id must be True in every row")
+        if torch.equal(got, causal | (tgt_in == pad)[:, :, None]):
+            raise AssertionError("you masked padding QUERIES (rows); mask padding KEYS (the last axis, columns): "
+                                 "(tgt_in == pad_id)[:, None, :]")
         assert torch.equal(got, expected), (
             "mask padding KEYS (the last axis, columns), for every query; queries at padding may stay as they are")
-    return run_checker("causal and padding mask of the target", your_function, _check)
+    run_checker("causal and padding mask of the target", your_function, _check)
