@@ -1,6 +1,10 @@
 """The checkers of notebook 11's coding exercises: plausible mistakes
-raise AssertionError with a message that says what is wrong, a right answer passes.
+raise AssertionError with a message that says what is wrong, right answers (several ways of writing them) pass.
 (Every checker's unfilled stub is tested in tests/test_exercises.py.)"""
+import contextlib
+import io
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -8,6 +12,15 @@ import torch.nn.functional as F
 from transformer_lib.exercises.training import (check_cooldown, check_gradient_accumulation, check_label_smoothing,
                                                check_noam_lr)
 from transformer_lib.training import LabelSmoothingLoss, cooldown_factor, noam_lr
+
+
+def accepted(check, answer) -> bool:
+    """The checker printed "correct: ..." (and only that) and returned None."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        result = check(answer)
+    return result is None and out.getvalue().startswith("correct: ") and out.getvalue().count("\n") == 1
+
 
 
 # ---------------------------------------------------------------- label smoothing
@@ -20,17 +33,73 @@ def smoothed(logits, target, eps, pad_id, spread_over=None, keep_padding=False):
     return loss.mean() if keep_padding else loss[target != pad_id].mean()
 
 
-def test_label_smoothing_right_answers(capsys):
-    assert check_label_smoothing(smoothed) is True
-    assert check_label_smoothing(lambda lg, t, eps, pad: LabelSmoothingLoss(eps, ignore_index=pad)(lg, t)) is True
-    assert "correct: label smoothing by hand" in capsys.readouterr().out
+def smoothed_by_parts(logits, target, eps, pad_id):
+    """Another right answer: (1 − ε)·NLL + ε·mean(−log p), float64, a loop over the real positions."""
+    log_p = torch.log_softmax(logits.double(), dim=1)
+    losses = [(1 - eps) * -log_p[n, target[n]] + eps * -log_p[n].mean()
+              for n in range(len(target)) if target[n] != pad_id]
+    return torch.stack(losses).mean().float()
+
+
+def smoothed_kl(logits, target, eps, pad_id):
+    """KL(q || p) = cross-entropy − entropy(q): what nn.KLDivLoss would give."""
+    V = logits.size(-1)
+    q = (1 - eps) * F.one_hot(target, V).float() + eps / V
+    kl = (q * (q.clamp(min=1e-12).log() - logits.log_softmax(-1))).sum(-1)
+    return kl[target != pad_id].mean()
+
+
+def smoothed_annotated(logits, target, eps, pad_id):
+    """The Annotated Transformer's target: ε/(V − 2) on the wrong tokens, 0 on the padding column."""
+    V = logits.size(-1)
+    q = torch.full_like(logits, eps / (V - 2))
+    q.scatter_(1, target[:, None], 1 - eps)
+    q[:, pad_id] = 0
+    return -(q * logits.log_softmax(-1)).sum(-1)[target != pad_id].mean()
+
+
+def smoothed_q(logits, target, eps, pad_id, q_of, reduce="mean", log=True):
+    V = logits.size(-1)
+    one_hot = F.one_hot(target, V).float()
+    p = logits.log_softmax(-1) if log else logits.softmax(-1)
+    loss = -(q_of(one_hot, eps, V) * p).sum(-1)
+    real = target != pad_id
+    return {"mean": loss[real].mean(), "sum": loss[real].sum(), "all": loss[real].sum() / len(target)}[reduce]
+
+
+RIGHT_Q = staticmethod(lambda one_hot, eps, V: (1 - eps) * one_hot + eps / V)
+
+
+@pytest.mark.parametrize("right", [smoothed, smoothed_by_parts,
+                                   lambda lg, t, eps, pad: LabelSmoothingLoss(eps, ignore_index=pad)(lg, t),
+                                   lambda lg, t, eps, pad: F.cross_entropy(lg, t, ignore_index=pad, label_smoothing=eps)])
+def test_label_smoothing_right_answers(right):
+    assert accepted(check_label_smoothing, right)
+
+
+def in_place_logits(lg, t, eps, pad):
+    lg.sub_(lg.max())
+    return smoothed(lg, t, eps, pad)
 
 
 @pytest.mark.parametrize("wrong,message", [
     (lambda lg, t, eps, pad: smoothed(lg, t, eps, pad, keep_padding=True), "averaged over padding"),
     (lambda lg, t, eps, pad: smoothed(lg, t, eps, pad, spread_over=lg.size(-1) - 1), "V − 1 wrong tokens"),
-    (lambda lg, t, eps, pad: smoothed(lg, t, 0.0, pad), "for ε = 0.1"),
+    (lambda lg, t, eps, pad: smoothed(lg, t, 0.0, pad), "ignores ε"),
     (lambda lg, t, eps, pad: smoothed(lg, t, eps, pad).item(), "scalar tensor"),
+    (smoothed_kl, "KL"),
+    (smoothed_annotated, "Annotated Transformer"),
+    (lambda lg, t, eps, pad: smoothed_q(lg, t, eps, pad, lambda o, e, V: (1 - e) * o + e), "not divided among the V"),
+    (lambda lg, t, eps, pad: smoothed_q(lg, t, eps, pad, lambda o, e, V: (1 - e) * o), "smoothing part is missing"),
+    (lambda lg, t, eps, pad: smoothed_q(lg, t, eps, pad, lambda o, e, V: e * o + (1 - e) / V), "swapped"),
+    (lambda lg, t, eps, pad: smoothed_q(lg, t, eps, pad, RIGHT_Q.__func__, reduce="sum"), "summed over the positions"),
+    (lambda lg, t, eps, pad: smoothed_q(lg, t, eps, pad, RIGHT_Q.__func__, reduce="all"), "divided by ALL positions"),
+    (lambda lg, t, eps, pad: smoothed_q(lg, t, eps, pad, RIGHT_Q.__func__, log=False), "log-probabilities"),
+    (lambda lg, t, eps, pad: -(((1 - eps) * F.one_hot(t, lg.size(-1)) + eps / lg.size(-1)) * lg.log_softmax(-1))
+     .mean(-1)[t != pad].mean(), "averaged over the V classes"),
+    (in_place_logits, "changed logits or target in place"),
+    (lambda lg, t, eps, pad: smoothed(lg, t[:, None], eps, pad), "raised IndexError"),
+    (lambda lg, t, eps, pad: 1.01 * smoothed(lg, t, eps, pad), "F.cross_entropy"),
 ])
 def test_label_smoothing_wrong_answers(wrong, message):
     with pytest.raises(AssertionError, match=message):
@@ -38,16 +107,38 @@ def test_label_smoothing_wrong_answers(wrong, message):
 
 
 # ---------------------------------------------------------------- Noam learning rate
-def test_noam_right_answers(capsys):
-    assert check_noam_lr(lambda step, d, w: d ** -0.5 * min(step ** -0.5, step * w ** -1.5)) is True
-    assert check_noam_lr(lambda step, d, w: noam_lr(step, d, w)) is True
-    assert "correct: the Noam learning rate" in capsys.readouterr().out
+def noam_branches(step, d, w, switch=None):
+    switch = w if switch is None else switch
+    return d ** -0.5 * (step * w ** -1.5 if step <= switch else step ** -0.5)
+
+
+@pytest.mark.parametrize("right", [
+    lambda step, d, w: d ** -0.5 * min(step ** -0.5, step * w ** -1.5),
+    lambda step, d, w: noam_lr(step, d, w),
+    noam_branches,
+    lambda step, d, w: noam_branches(step, d, w, switch=w - 1),     # the branches meet at w: either side is right
+    lambda step, d, w: torch.tensor(float(d)).rsqrt() * torch.minimum(torch.tensor(step ** -0.5), torch.tensor(step / w ** 1.5)),
+    lambda step, d, w: 1 / math.sqrt(d) * (step * w ** -1.5 if step < w else 1 / math.sqrt(step)),
+])
+def test_noam_right_answers(right):
+    assert accepted(check_noam_lr, right)
 
 
 @pytest.mark.parametrize("wrong,message", [
     (lambda step, d, w: d ** -0.5 * max(step ** -0.5, step * w ** -1.5), "not max"),
     (lambda step, d, w: min(step ** -0.5, step * w ** -1.5), "d_model\\^-0.5 is missing"),
-    (lambda step, d, w: d ** -0.5 * min(step ** -0.5, step * w ** -0.5), "step=1: expected"),
+    (lambda step, d, w: d ** -0.5 * min(step ** -0.5, step * w ** -0.5), "exponent -0.5"),
+    # `if step < warmup - 1:` the warmup branch, else the decay: the switch one step early
+    (lambda step, d, w: noam_branches(step, d, w, switch=w - 2), "step=3999: your rate is already the decay branch"),
+    (lambda step, d, w: noam_branches(step, d, w, switch=w + 1), "step=4001: your rate still grows linearly"),
+    (lambda step, d, w: noam_branches(step, d, w, switch=w // 2), "already the decay branch"),
+    (lambda step, d, w: noam_lr(step + 1, d, w), "you used step \\+ 1"),
+    (lambda step, d, w: d ** -0.5 * min((step - 1) ** -0.5, (step - 1) * w ** -1.5), "raised ZeroDivisionError.*step - 1"),
+    (lambda step, d, w: d ** 0.5 * min(step ** -0.5, step * w ** -1.5), "d_model\\^0.5"),
+    (lambda step, d, w: d ** -0.5 * min(step ** -0.5, step * w ** 1.5), "negative exponent"),
+    (lambda step, d, w: d ** -0.5 * min(step ** 0.5, step * w ** -1.5), "step\\^0.5"),
+    (lambda step, d, w: [noam_lr(step, d, w)], "return a number"),
+    (lambda step, d, w: 3 * noam_lr(step, d, w), "step=1: expected"),
 ])
 def test_noam_wrong_answers(wrong, message):
     with pytest.raises(AssertionError, match=message):
@@ -75,12 +166,36 @@ def all_at_once(model, criterion, micro_batches, pad_id):
     criterion(model(torch.cat([x for x, _ in micro_batches])), torch.cat([y for _, y in micro_batches])).backward()
 
 
-def test_gradient_accumulation_right_answer(capsys):
-    assert check_gradient_accumulation(accumulate) is True
-    assert "correct: gradient accumulation" in capsys.readouterr().out
+def accumulate_with_sum_loss(model, criterion, micro_batches, pad_id):
+    """Another right answer: sum the per-token losses, divide once by the total at the end."""
+    total = sum(int((y != pad_id).sum()) for _, y in micro_batches)
+    for x, y in micro_batches:
+        n = (y != pad_id).sum()
+        (criterion(model(x), y) * n).div(total).backward()
+
+
+def zero_each_time(model, criterion, micro_batches, pad_id):
+    total = sum(int((y != pad_id).sum()) for _, y in micro_batches)
+    for x, y in micro_batches:
+        model.zero_grad()
+        (criterion(model(x), y) * int((y != pad_id).sum()) / total).backward()
+
+
+def weights_with_padding(model, criterion, micro_batches, pad_id):
+    total = sum(y.numel() for _, y in micro_batches)
+    for x, y in micro_batches:
+        (criterion(model(x), y) * y.numel() / total).backward()
+
+
+@pytest.mark.parametrize("right", [accumulate, accumulate_with_sum_loss])
+def test_gradient_accumulation_right_answers(right):
+    assert accepted(check_gradient_accumulation, right)
 
 
 @pytest.mark.parametrize("wrong,message", [
+    (zero_each_time, "only the last micro-batch's gradient"),
+    (weights_with_padding, "padding included"),
+    (lambda model, criterion, micro_batches, pad_id: criterion(model(micro_batches), 0), "raised"),
     (equal_weights, "weighted every micro-batch equally"),
     (no_scaling, "differs from one pass|times too big"),
     (all_at_once, "one micro-batch at a time"),
@@ -96,17 +211,24 @@ def cooled(step, progress, d_model, warmup, cooldown):
     return noam_lr(step, d_model, warmup) * min(1.0, (1 - progress) / cooldown)
 
 
-def test_cooldown_right_answers(capsys):
-    assert check_cooldown(cooled) is True
-    assert check_cooldown(lambda step, p, d, w, c: noam_lr(step, d, w) * cooldown_factor(p, c)) is True
-    assert "correct: the cooldown" in capsys.readouterr().out
+@pytest.mark.parametrize("right", [
+    cooled, lambda step, p, d, w, c: noam_lr(step, d, w) * cooldown_factor(p, c),
+    lambda step, p, d, w, c: noam_lr(step, d, w) * (1.0 if p <= 1 - c else (1 - p) / c),
+])
+def test_cooldown_right_answers(right):
+    assert accepted(check_cooldown, right)
 
 
 def test_cooldown_stub_is_not_attempted(capsys):
     def stub(step, progress, d_model, warmup, cooldown):
         raise NotImplementedError
-    assert check_cooldown(stub) is False
+    assert check_cooldown(stub) is None
     assert "the cooldown: not attempted yet" in capsys.readouterr().out
+
+
+def test_a_crash_in_the_cooldown_is_named():
+    with pytest.raises(AssertionError, match="raised ZeroDivisionError .* progress=0.0, d_model=128"):
+        check_cooldown(lambda step, p, d, w, c: noam_lr(step, d, w) * min(1.0, (1 - p) / (c * p)))
 
 
 @pytest.mark.parametrize("wrong,message", [
