@@ -1,22 +1,44 @@
 """The checkers of notebook 13's coding exercises: an unfilled stub, plausible wrong answers, right answers."""
+import contextlib
+import io
 import math
 from collections import Counter
 
 import pytest
+import torch
 
 from transformer_lib.exercises.evaluation import check_brevity_penalty, check_ngram_precision
+
+
+def accepted(check, answer) -> bool:
+    """The checker printed "correct: ..." (and only that) and returned None."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        result = check(answer)
+    return result is None and out.getvalue().startswith("correct: ") and out.getvalue().count("\n") == 1
+
 
 
 def brevity_penalty(c, r):
     return 0.0 if c == 0 else 1.0 if c >= r else math.exp(1 - r / c)
 
 
-def test_brevity_penalty_right_answer(capsys):
-    assert check_brevity_penalty(brevity_penalty)
-    assert "correct: brevity penalty" in capsys.readouterr().out
+@pytest.mark.parametrize("right", [
+    brevity_penalty,
+    lambda c, r: min(1.0, math.exp(1 - r / c)) if c > 0 else 0.0,
+    lambda c, r: torch.tensor(1 - r / c).exp().clamp(max=1.0) if c else torch.tensor(0.0),
+    lambda c, r: 1 if c > r else (math.exp(1 - r / c) if c else 0),
+])
+def test_brevity_penalty_right_answers(right):
+    assert accepted(check_brevity_penalty, right)
 
 
 @pytest.mark.parametrize("wrong,message", [
+    # the issue's crash: no guard for an empty candidate, named with its input
+    (lambda c, r: 1.0 if c >= r else math.exp(1 - r / c),
+     r"raised ZeroDivisionError \(.*\) when the candidate is empty \(c=0, r=5\): .*return 0.0 before dividing"),
+    (lambda c, r: min(1.0, math.exp(1 - r / c)), "raised ZeroDivisionError .* candidate is empty"),
+    (lambda c, r: [1.0], "return a number"),
     (lambda c, r: 0.0 if c == 0 else min(1.0, math.exp(1 - c / r)) if c < r else 1.0, "r over c"),
     (lambda c, r: 0.0 if c == 0 else math.exp(1 - r / c), "BP = 1 when c >= r"),
     (lambda c, r: 1.0 if c >= r else math.exp(1 - r / max(c, 1e-9)) if c else 1.0, "return 0.0"),
@@ -36,12 +58,35 @@ def ngram_precision(hypothesis, reference, n):
     return sum(min(k, ref[g]) for g, k in hyp.items()), sum(hyp.values())
 
 
-def test_ngram_precision_right_answer(capsys):
-    assert check_ngram_precision(ngram_precision)
-    assert "correct: modified n-gram precision" in capsys.readouterr().out
+def ngram_precision_loops(hypothesis, reference, n):
+    """Another right answer: lists and remove(), no Counter."""
+    available = [tuple(reference[i:i + n]) for i in range(len(reference) - n + 1)]
+    grams = [tuple(hypothesis[i:i + n]) for i in range(len(hypothesis) - n + 1)]
+    matches = 0
+    for gram in grams:
+        if gram in available:
+            available.remove(gram)
+            matches += 1
+    return matches, len(grams)
+
+
+@pytest.mark.parametrize("right", [ngram_precision, ngram_precision_loops])
+def test_ngram_precision_right_answers(right):
+    assert accepted(check_ngram_precision, right)
+
+
+def missing_last(words, n):
+    return Counter(tuple(words[i:i + n]) for i in range(len(words) - n))
 
 
 @pytest.mark.parametrize("wrong,message", [
+    (lambda h, r, n: (sum(min(k, missing_last(r, n)[g]) for g, k in missing_last(h, n).items()),
+                      sum(missing_last(h, n).values())), "last n-gram is missing"),
+    (lambda h, r, n: (sum(max(k, ngrams(r, n)[g]) for g, k in ngrams(h, n).items() if g in ngrams(r, n)),
+                      sum(ngrams(h, n).values())), "Clip"),
+    (lambda h, r, n: [*ngram_precision(h, r, n)], "return a tuple"),
+    (lambda h, r, n: (ngram_precision(h, r, n)[0] / max(ngram_precision(h, r, n)[1], 1), 1), "expected"),
+    (lambda h, r, n: ngram_precision(" ".join(h), r, n), "expected"),
     (lambda h, r, n: (sum(k for g, k in ngrams(h, n).items() if g in ngrams(r, n)), sum(ngrams(h, n).values())),
      "Clip"),
     (lambda h, r, n: (len(set(ngrams(h, n)) & set(ngrams(r, n))), sum(ngrams(h, n).values())), "Counter"),

@@ -11,7 +11,7 @@ import math
 
 import sacrebleu
 
-from transformer_lib.exercises import run_checker
+from transformer_lib.exercises import call, run_checker
 
 
 def _sacrebleu(hypothesis: str, reference: str):
@@ -21,8 +21,13 @@ def _sacrebleu(hypothesis: str, reference: str):
 def _check_bp(your_function) -> None:
     for c, r in ((10, 10), (12, 10), (9, 10), (5, 10), (1, 7), (3, 30), (0, 5)):
         expected = _sacrebleu(" ".join(["w"] * c), " ".join(["w"] * r)).bp
-        got = float(your_function(c, r))
-        if math.isclose(got, expected, rel_tol=1e-9, abs_tol=1e-12):
+        got = call(your_function, c, r, on=f"the candidate is empty (c=0, r={r})" if c == 0 else f"c={c}, r={r}",
+                   hint=("an empty output has BP = 0 (and BLEU 0): return 0.0 before dividing by c"
+                         if c == 0 else None))
+        assert isinstance(got, (int, float)) or (hasattr(got, "__float__") and getattr(got, "ndim", 0) == 0), \
+            f"c={c}, r={r}: return a number, got {type(got).__name__}"
+        got = float(got)
+        if math.isclose(got, expected, rel_tol=1e-6, abs_tol=1e-9):
             continue
         if c == 0:
             raise AssertionError(f"c=0, r={r}: expected 0.0, got {got}. An empty output has BP = 0 (and BLEU 0): "
@@ -36,9 +41,9 @@ def _check_bp(your_function) -> None:
         raise AssertionError(f"c={c}, r={r}: expected exp(1 - r / c) = {expected:.6f}, got {got:.6f}")
 
 
-def check_brevity_penalty(your_function) -> bool:
+def check_brevity_penalty(your_function) -> None:
     """Check `your_function(c, r) -> BP` (c: hypothesis length, r: reference length, in words)."""
-    return run_checker("brevity penalty", your_function, _check_bp)
+    run_checker("brevity penalty", your_function, _check_bp)
 
 
 CASES = [("the the the the the the the", "the cat is on the mat"),        # Papineni et al.'s example
@@ -50,29 +55,40 @@ CASES = [("the the the the the the the", "the cat is on the mat"),        # Papi
 
 
 def _check_precision(your_function) -> None:
+    results = []                                     # (hypothesis, reference, n, expected, got)
     for hypothesis, reference in CASES:
         scores = _sacrebleu(hypothesis, reference)
         for n in (1, 2, 3, 4):
-            expected = (scores.counts[n - 1], scores.totals[n - 1])
-            got = your_function(hypothesis.split(), reference.split(), n)
+            got = call(your_function, hypothesis.split(), reference.split(), n,
+                       on=f"n={n}, hypothesis {hypothesis!r}, reference {reference!r}" + (
+                           " (shorter than n words)" if len(hypothesis.split()) < n else ""))
             assert isinstance(got, tuple) and len(got) == 2, "return a tuple (matches, total)"
-            got = (int(got[0]), int(got[1]))
-            if got == expected:
-                continue
-            where = f"n={n}, hypothesis {hypothesis!r}, reference {reference!r}: expected {expected}, got {got}."
-            if got[1] != expected[1]:
-                hint = (" The total counts the hypothesis' n-grams (len(hypothesis) - n + 1, or 0), not the "
-                        "reference's" if got[1] == max(len(reference.split()) - n + 1, 0) else
-                        " The total is the number of n-grams in the hypothesis, repeats included")
-            elif got[0] > expected[0]:
-                hint = (" Clip: an n-gram is matched at most as often as it occurs in the reference "
-                        "(Papineni's 'the the the ...' against 'the cat is on the mat' has 2 unigram matches, not 7)")
-            else:
-                hint = (" Count repeated n-grams: a hypothesis n-gram that occurs k times matches min(k, its count "
-                        "in the reference) times (use collections.Counter, not a set)")
-            raise AssertionError(where + hint)
+            results.append((hypothesis, reference, n, (scores.counts[n - 1], scores.totals[n - 1]),
+                            (int(got[0]), int(got[1]))))
+    wrong = [result for result in results if result[3] != result[4]]
+    if not wrong:
+        return
+    hypothesis, reference, n, expected, got = wrong[0]
+    where = f"n={n}, hypothesis {hypothesis!r}, reference {reference!r}: expected {expected}, got {got}."
+
+    def totals_are(count) -> bool:                   # the totals follow `count(hypothesis words, reference words, n)`
+        return all(g[1] == max(count(len(h.split()), len(r.split()), n), 0) for h, r, n, _, g in results)
+
+    if totals_are(lambda h, r, n: r - n + 1):
+        hint = " The total counts the hypothesis' n-grams (len(hypothesis) - n + 1, or 0), not the reference's"
+    elif totals_are(lambda h, r, n: h - n):
+        hint = " The last n-gram is missing: a text of L words has L − n + 1 n-grams, range(len(words) - n + 1)"
+    elif got[1] != expected[1]:
+        hint = " The total is the number of n-grams in the hypothesis, repeats included"
+    elif got[0] > expected[0]:
+        hint = (" Clip: an n-gram is matched at most as often as it occurs in the reference "
+                "(Papineni's 'the the the ...' against 'the cat is on the mat' has 2 unigram matches, not 7)")
+    else:
+        hint = (" Count repeated n-grams: a hypothesis n-gram that occurs k times matches min(k, its count "
+                "in the reference) times (use collections.Counter, not a set)")
+    raise AssertionError(where + hint)
 
 
-def check_ngram_precision(your_function) -> bool:
+def check_ngram_precision(your_function) -> None:
     """Check `your_function(hypothesis_words, reference_words, n) -> (clipped matches, hypothesis n-grams)`."""
-    return run_checker("modified n-gram precision", your_function, _check_precision)
+    run_checker("modified n-gram precision", your_function, _check_precision)
