@@ -1,10 +1,23 @@
 """The checkers of notebook 14's coding exercises: the unfilled stub is "not attempted yet",
-plausible mistakes raise AssertionError with a message that says what is wrong, a right answer passes."""
+plausible mistakes raise AssertionError with a message that says what is wrong, right answers (several
+ways of writing them) pass. The ring all-reduce is checked as a ring: per-rank functions joined by a
+simulated network that counts what each rank sends."""
+import contextlib
+import io
 import pytest
 import torch
 
 from transformer_lib.distributed import shard_batches
 from transformer_lib.exercises.distributed import check_ring_allreduce, check_shard
+
+
+def accepted(check, answer) -> bool:
+    """The checker printed "correct: ..." (and only that) and returned None."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        result = check(answer)
+    return result is None and out.getvalue().startswith("correct: ") and out.getvalue().count("\n") == 1
+
 
 
 def stub(*args):
@@ -13,14 +26,14 @@ def stub(*args):
 
 # ---------------------------------------------------------------- sharding
 def test_shard_stub_is_not_attempted(capsys):
-    assert check_shard(stub) is False
+    assert check_shard(stub) is None
     assert "not attempted yet" in capsys.readouterr().out
 
 
-def test_shard_right_answers(capsys):
-    assert check_shard(shard_batches) is True
-    assert check_shard(lambda b, r, n: b[r:len(b) - len(b) % n:n]) is True
-    assert "correct: sharding an epoch's batches" in capsys.readouterr().out
+@pytest.mark.parametrize("right", [shard_batches, lambda b, r, n: b[r:len(b) - len(b) % n:n],
+                                   lambda b, r, n: [x for i, x in enumerate(b[:len(b) // n * n]) if i % n == r]])
+def test_shard_right_answers(right):
+    assert accepted(check_shard, right)
 
 
 def blocks(batches, rank, world_size):
@@ -33,6 +46,7 @@ def blocks(batches, rank, world_size):
     (blocks, "contiguous block; interleave"),
     (lambda b, r, n: b[:len(b) - len(b) % n][:len(b) // n], "went to two ranks"),   # every rank the same batches
     (lambda b, r, n: b[(r + 1) % n:len(b) - len(b) % n:n] if n > 1 else b, "rank 0 got"),
+    (lambda b, r, n: b[r::n][len(b) // n], "raised IndexError"),
 ])
 def test_shard_wrong_answers(wrong, message):
     with pytest.raises(AssertionError, match=message):
@@ -40,55 +54,128 @@ def test_shard_wrong_answers(wrong, message):
 
 
 # ---------------------------------------------------------------- ring all-reduce
-def ring(tensors):
-    n = len(tensors)
-    chunks = [list(t.clone().tensor_split(n)) for t in tensors]
+def ring(tensor, rank, world_size, send, recv):
+    n = world_size
+    chunks = list(tensor.clone().tensor_split(n))
+    for s in range(n - 1):                                   # reduce-scatter
+        send(chunks[(rank - s) % n])
+        c = (rank - 1 - s) % n
+        chunks[c] = chunks[c] + recv()
+    for s in range(n - 1):                                   # all-gather
+        send(chunks[(rank + 1 - s) % n])
+        chunks[(rank - s) % n] = recv()
+    return torch.cat(chunks)
+
+
+def ring_in_place(tensor, rank, world_size, send, recv):
+    """Another right answer: views of the rank's own tensor, summed into in place, as dist.all_reduce does."""
+    chunks = tensor.tensor_split(world_size)                 # views: writing them writes `tensor`
+    for s in range(world_size - 1):
+        send(chunks[(rank - s) % world_size])
+        chunks[(rank - 1 - s) % world_size].add_(recv())
+    for s in range(world_size - 1):
+        send(chunks[(rank + 1 - s) % world_size])
+        chunks[(rank - s) % world_size].copy_(recv())
+    return tensor
+
+
+def ring_other_schedule(tensor, rank, world_size, send, recv):
+    """Another right answer: rank r starts by sending chunk r + 1 (a shifted but valid schedule), float32 inside."""
+    n = world_size
+    chunks = [c.float() for c in tensor.tensor_split(n)]
     for s in range(n - 1):
-        sent = [chunks[r][(r - s) % n].clone() for r in range(n)]
-        for r in range(n):
-            c = (r - 1 - s) % n
-            chunks[r][c] = chunks[r][c] + sent[(r - 1) % n]
+        send(chunks[(rank + 1 - s) % n])
+        chunks[(rank - s) % n] += recv()
     for s in range(n - 1):
-        sent = [chunks[r][(r + 1 - s) % n].clone() for r in range(n)]
-        for r in range(n):
-            chunks[r][(r - s) % n] = sent[(r - 1) % n]
-    return [torch.cat(c) for c in chunks]
+        send(chunks[(rank + 2 - s) % n])
+        chunks[(rank + 1 - s) % n] = recv()
+    return torch.cat(chunks).double()
 
 
 def test_ring_stub_is_not_attempted(capsys):
-    assert check_ring_allreduce(stub) is False
+    assert check_ring_allreduce(stub) is None
     assert "not attempted yet" in capsys.readouterr().out
 
 
-def test_ring_right_answers(capsys):
-    assert check_ring_allreduce(ring) is True
-    assert check_ring_allreduce(lambda ts: [torch.stack(ts).sum(0) for _ in ts]) is True   # not a ring, but the sum
-    assert "correct: ring all-reduce" in capsys.readouterr().out
+@pytest.mark.parametrize("right", [ring, ring_in_place, ring_other_schedule])
+def test_ring_right_answers(right):
+    assert accepted(check_ring_allreduce, right)
 
 
-def in_place(tensors):
-    total = torch.stack(tensors).sum(0)
-    for t in tensors:
-        t.copy_(total)
-    return tensors
+def ring_variant(tensor, rank, world_size, send, recv, split=None, gather="overwrite", gather_steps=None,
+                 add_to=lambda rank, s, n: (rank - 1 - s) % n, divide=False):
+    n = world_size
+    chunks = list((split or (lambda t, n: t.tensor_split(n)))(tensor.clone(), n))
+    for s in range(n - 1):
+        send(chunks[(rank - s) % n])
+        c = add_to(rank, s, n)
+        chunks[c] = chunks[c] + recv()
+    for s in range(n - 1 if gather_steps is None else gather_steps):
+        send(chunks[(rank + 1 - s) % n])
+        c = (rank - s) % n
+        chunks[c] = recv() if gather == "overwrite" else chunks[c] + recv()
+    out = torch.cat(chunks)
+    return out / n if divide else out
 
 
-def equal_chunks(tensors):
-    """Chunks of len // N elements: the tail is lost when N does not divide the length."""
-    n, length = len(tensors), tensors[0].numel()
-    size = length // n
-    out = torch.stack(tensors).sum(0)
-    out[size * n:] = tensors[0][size * n:]
-    return [out.clone() for _ in tensors]
+def sum_everywhere(tensor, rank, world_size, send, recv):
+    """The issue's hole, as it can still be written: pass whole tensors around and add them up."""
+    total, passing = tensor.clone(), tensor.clone()
+    for _ in range(world_size - 1):
+        send(passing)
+        passing = recv()
+        total = total + passing
+    return total
+
+
+def receive_first(tensor, rank, world_size, send, recv):
+    chunks = list(tensor.clone().tensor_split(world_size))
+    for s in range(world_size - 1):
+        received = recv()                                     # every rank waits: nobody has sent yet
+        send(chunks[(rank - s) % world_size])
+        chunks[(rank - 1 - s) % world_size] += received
+    return torch.cat(chunks)
+
+
+def rank_zero_one_more_step(tensor, rank, world_size, send, recv):
+    out = ring(tensor, rank, world_size, send, recv)
+    if rank == 0 and world_size > 1:
+        recv()                                                # waits for a message no rank sends
+    return out
+
+
+def sends_a_list(tensor, rank, world_size, send, recv):
+    send(list(tensor.tensor_split(world_size)))
+    return tensor
 
 
 @pytest.mark.parametrize("wrong, message", [
-    (lambda ts: [torch.stack(ts).mean(0) for _ in ts], "returned the mean"),
-    (in_place, "changed its inputs"),
-    (equal_chunks, "last 1 element"),
-    (lambda ts: [torch.stack(ts).sum(0)], "one tensor per rank"),
-    (lambda ts: [t.clone() for t in ts], "not the sum"),
+    (sum_everywhere, "sent a message of 6 elements; a ring step sends ONE chunk"),
+    (lambda *a: ring_variant(*a, split=lambda t, n: t.chunk(n)),
+     "raised IndexError .* rank \\d of world_size=4 on a tensor of 3 elements: torch.chunk"),
+    (lambda *a: ring_variant(*a, gather_steps=0), "only the reduce-scatter"),
+    (lambda *a: ring_variant(*a, gather_steps=1), "rank 0 sent 3 messages; a ring all-reduce takes 2\\(N − 1\\) = 4 steps"),
+    (lambda *a: ring_variant(*a, gather="add"), "OVERWRITES its copy"),
+    (lambda *a: ring_variant(*a, add_to=lambda rank, s, n: (rank - s) % n), "sums the inputs of ranks"),
+    (lambda *a: ring_variant(*a, divide=True), "returned the mean"),
+    (receive_first, "deadlock, ranks \\[0, 1\\] wait in recv"),
+    (rank_zero_one_more_step, "deadlock, ranks \\[0\\]"),
+    (sends_a_list, "send\\(\\) takes one tensor"),
+    (lambda tensor, rank, world_size, send, recv: ring(tensor, rank, world_size, send, recv).tolist(),
+     "return this rank's result"),
+    (lambda tensor, rank, world_size, send, recv: ring(tensor, rank, world_size, send, recv)[:-1],
+     "return this rank's result"),
 ])
 def test_ring_wrong_answers(wrong, message):
     with pytest.raises(AssertionError, match=message):
         check_ring_allreduce(wrong)
+
+
+def test_the_ring_counts_what_each_rank_sends():
+    from transformer_lib.exercises.distributed import _run_ring
+    tensors = [torch.arange(10.0) * 10 ** r for r in range(4)]
+    results, network = _run_ring(ring, tensors)
+    for rank in range(4):
+        torch.testing.assert_close(results[rank], sum(tensors))
+        assert len(network.sent[rank]) == 2 * (4 - 1)                # 2(N − 1) messages
+        assert all(size in (2, 3) for size in network.sent[rank])   # each one chunk: tensor_split(10, 4) = 3, 3, 2, 2

@@ -1,21 +1,29 @@
 """Checkers for the coding exercises of notebook 14 (scaling out): `check_…(your_function)`.
 
-Hand-written, not exported (see `transformer_lib.exercises`). Each checker runs the learner's
-function on small inputs and compares it with `transformer_lib.distributed.shard_batches` or with
-the plain sum that an all-reduce must give.
+Hand-written, not exported (see `transformer_lib.exercises`). `check_shard` compares the learner's
+function with `transformer_lib.distributed.shard_batches`. `check_ring_allreduce` runs the learner's
+per-rank function in one thread per rank, joined by a simulated ring network (`_Ring`) that carries
+tensors from each rank to the next and records every message, so it checks the algorithm, not only
+the sum: 2(N − 1) messages per rank, each one chunk (1/N of the tensor), and the sum on every rank.
 """
+import math
+import threading
+import time
+from collections import deque
+
 import torch
 
 from transformer_lib.distributed import shard_batches
-from transformer_lib.exercises import run_checker
+from transformer_lib.exercises import call, run_checker
 
 
-def check_shard(your_function) -> bool:
+def check_shard(your_function) -> None:
     """`your_function(batches, rank, world_size)` -> the batches rank `rank` trains on this epoch."""
     def _check(fn):
         for n_batches, world_size in ((8, 2), (7, 2), (10, 3), (4, 4), (5, 1)):
             batches = [f"b{i}" for i in range(n_batches)]
-            shards = [list(fn(list(batches), rank, world_size)) for rank in range(world_size)]
+            shards = [list(call(fn, list(batches), rank, world_size, on=f"{n_batches} batches, rank={rank}, "
+                                f"world_size={world_size}")) for rank in range(world_size)]
             expected = [shard_batches(batches, rank, world_size) for rank in range(world_size)]
             if shards == expected:
                 continue
@@ -35,33 +43,178 @@ def check_shard(your_function) -> bool:
                                      "the ones one process with accumulate = N uses")
             raise AssertionError(f"{n_batches} batches, world_size {world_size}: rank 0 got {shards[0]}, "
                                  f"expected {expected[0]}")
-    return run_checker("sharding an epoch's batches", your_function, _check)
+    run_checker("sharding an epoch's batches", your_function, _check)
 
 
-def check_ring_allreduce(your_function) -> bool:
-    """`your_function(tensors)`: one 1-d tensor per rank in, each rank's result out: all equal the sum."""
-    def _check(fn):
-        generator = torch.Generator().manual_seed(0)
-        for world_size, length in ((2, 6), (3, 7), (4, 10), (4, 3), (1, 5)):
-            tensors = [torch.randn(length, generator=generator, dtype=torch.float64) for _ in range(world_size)]
-            copies = [t.clone() for t in tensors]
-            results = fn(tensors)
-            for t, copy in zip(tensors, copies):
-                assert torch.equal(t, copy), "your function changed its inputs: work on copies (t.clone())"
-            assert isinstance(results, (list, tuple)) and len(results) == world_size, \
-                f"return one tensor per rank ({world_size}), got {type(results).__name__}"
+class _Abort(BaseException):
+    """Ends a rank's thread when the ring has failed (a deadlock, or an error on another rank)."""
+
+
+class _Ring:
+    """N ranks in a ring: `send(rank, t)` queues a copy of t for rank + 1 and returns at once, as a
+    buffered send does; `recv(rank)` waits for the next message from rank − 1. Records the size of
+    every message; notices a deadlock (every rank still running waits in recv with nothing queued)."""
+
+    def __init__(self, world_size: int, timeout_s: float = 30.0):
+        self.world_size, self.deadline = world_size, time.monotonic() + timeout_s
+        self.condition = threading.Condition()
+        self.inbox = [deque() for _ in range(world_size)]
+        self.sent = [[] for _ in range(world_size)]       # numel of each message, per sender
+        self.received = [0] * world_size
+        self.running, self.waiting, self.failure = world_size, set(), None
+
+    def send(self, rank: int, tensor) -> None:
+        if not isinstance(tensor, torch.Tensor):
+            raise AssertionError(f"rank {rank}: send() takes one tensor (a chunk), got {type(tensor).__name__}")
+        with self.condition:
+            self.inbox[(rank + 1) % self.world_size].append(tensor.detach().clone())   # the wire copies
+            self.sent[rank].append(tensor.numel())
+            self.condition.notify_all()
+
+    def recv(self, rank: int) -> torch.Tensor:
+        with self.condition:
+            while not self.inbox[rank]:
+                if self.failure is not None:
+                    raise _Abort
+                self.waiting.add(rank)
+                self._notice_deadlock()
+                if time.monotonic() > self.deadline:
+                    self.failure = "timeout"
+                self.condition.wait(timeout=1.0)
+                self.waiting.discard(rank)
+            self.received[rank] += 1
+            return self.inbox[rank].popleft()
+
+    def finished(self, error: BaseException | None = None) -> None:
+        with self.condition:
+            self.running -= 1
+            if error is not None and not isinstance(error, _Abort) and self.failure is None:
+                self.failure = "error"
+            self._notice_deadlock()
+            self.condition.notify_all()
+
+    def _notice_deadlock(self) -> None:
+        if self.failure is None and self.waiting and len(self.waiting) == self.running \
+                and not any(self.inbox[r] for r in self.waiting):
+            self.failure = "deadlock"
+            self.stuck = sorted(self.waiting)
+            self.condition.notify_all()
+
+
+def _ring_hint(error: Exception) -> str | None:
+    if isinstance(error, (IndexError, ValueError)):
+        return ("torch.chunk(t, N) returns FEWER than N chunks when N does not divide the length well (3 elements "
+                "in 4 chunks gives 3 chunks); torch.tensor_split(t, N) always returns N, some possibly empty")
+    return None
+
+
+def _run_ring(fn, tensors: list[torch.Tensor]) -> tuple[list, _Ring]:
+    """Run fn(tensor, rank, world_size, send, recv) for every rank, one thread each."""
+    world_size, length = len(tensors), tensors[0].numel()
+    ring = _Ring(world_size)
+    results, errors = [None] * world_size, [None] * world_size
+
+    def run(rank: int) -> None:
+        def send(tensor):
+            ring.send(rank, tensor)
+
+        def recv():
+            return ring.recv(rank)
+
+        error = None
+        try:
+            results[rank] = call(fn, tensors[rank].clone(), rank, world_size, send, recv,
+                                 on=f"running as rank {rank} of world_size={world_size} on a tensor of {length} "
+                                    f"elements", hint=_ring_hint)
+        except BaseException as caught:             # re-raised in the checker's thread below
+            error = errors[rank] = caught
+        ring.finished(error)
+
+    threads = [threading.Thread(target=run, args=(rank,), daemon=True) for rank in range(world_size)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    first = next((e for e in errors if e is not None and not isinstance(e, _Abort)), None)
+    if first is not None:
+        raise first
+    if ring.failure == "deadlock":
+        counts = ", ".join(f"rank {r} sent {len(ring.sent[r])} and received {ring.received[r]}"
+                           for r in range(world_size))
+        raise AssertionError(f"world_size={world_size}: deadlock, ranks {ring.stuck} wait in recv() for a message "
+                             f"that no rank will send ({counts}). In every step each rank sends first, then "
+                             "receives (send does not wait), and all ranks run the same number of steps")
+    if ring.failure is not None or any(thread.is_alive() for thread in threads):
+        raise AssertionError(f"world_size={world_size}: the ranks did not finish within 30 s")
+    return results, ring
+
+
+def _contributions(value: float, world_size: int) -> dict[int, float]:
+    """Rank r's input is 10^r everywhere: read back how many times each rank's input was added."""
+    counts, rest = {}, round(value)
+    for rank in range(world_size):
+        rest, digit = divmod(rest, 10)
+        if digit:
+            counts[rank] = digit
+    return counts
+
+
+def _check_ring(fn) -> None:
+    generator = torch.Generator().manual_seed(0)
+    for world_size, length in ((2, 6), (3, 7), (4, 10), (4, 3), (1, 5), (3, 8)):
+        chunk = math.ceil(length / world_size)
+        for tagged in (True, False):
+            if tagged:    # rank r holds 10^r in every element: a result tells whose inputs it sums
+                tensors = [torch.full((length,), 10.0 ** r, dtype=torch.float64) for r in range(world_size)]
+            else:
+                tensors = [torch.randn(length, generator=generator, dtype=torch.float64) for _ in range(world_size)]
+            where = f"world_size={world_size}, {length} elements"
+            results, ring = _run_ring(fn, tensors)
             total = torch.stack(tensors).sum(0)
             for rank, result in enumerate(results):
-                assert torch.is_tensor(result) and result.shape == total.shape, \
-                    f"rank {rank}: expected a tensor of shape {tuple(total.shape)}, got {getattr(result, 'shape', result)}"
+                assert torch.is_tensor(result) and result.shape == total.shape, (
+                    f"{where}: rank {rank} returned {getattr(result, 'shape', result)}; return this rank's result, "
+                    f"a tensor of shape {tuple(total.shape)}")
+            for rank in range(world_size):
+                sizes = ring.sent[rank]
+                if any(size > chunk for size in sizes):
+                    raise AssertionError(
+                        f"{where}: rank {rank} sent a message of {max(sizes)} elements; a ring step sends ONE chunk, "
+                        f"1/N of the tensor (at most {chunk} elements here). Passing whole tensors costs every rank "
+                        f"(N − 1)·L elements; the ring's reduce-scatter and all-gather cost 2(N − 1)·L/N")
+                if len(sizes) != 2 * (world_size - 1):
+                    half = " (that is only the reduce-scatter: the all-gather's N − 1 steps are missing)" \
+                        if len(sizes) == world_size - 1 else ""
+                    raise AssertionError(
+                        f"{where}: rank {rank} sent {len(sizes)} messages{half}; a ring all-reduce takes "
+                        f"2(N − 1) = {2 * (world_size - 1)} steps, N − 1 to reduce-scatter and N − 1 to all-gather, "
+                        "one chunk sent and one received per step")
+            unread = [r for r in range(world_size) if ring.inbox[r]]
+            assert not unread, f"{where}: ranks {unread} never received some of the messages sent to them"
+            for rank, result in enumerate(results):
+                if torch.allclose(result, total):
+                    continue
                 if world_size > 1 and torch.allclose(result, total / world_size):
                     raise AssertionError("you returned the mean; an all-reduce SUMs (DDP divides by the number of "
                                          "ranks itself, once)")
-                head = length // world_size * world_size       # what equal chunks of length // world_size cover
-                if length % world_size and torch.allclose(result[:head], total[:head]) \
-                        and not torch.allclose(result, total):
-                    raise AssertionError(f"the last {length % world_size} element(s) are wrong when {length} is not a "
-                                         f"multiple of {world_size}: split with torch.tensor_split, which keeps them")
-                torch.testing.assert_close(result, total, msg=lambda m: f"world_size {world_size}, rank {rank}: "
-                                           f"not the sum of the ranks' tensors. {m}")
-    return run_checker("ring all-reduce", your_function, _check)
+                if tagged:
+                    wrong = next(i for i in range(length) if result[i] != total[i])
+                    counts = _contributions(float(result[wrong]), world_size)
+                    if any(count > 1 for count in counts.values()):
+                        raise AssertionError(
+                            f"{where}: element {wrong} of rank {rank} adds some ranks' inputs twice ({counts}, rank: "
+                            "times added); in the all-gather the receiver OVERWRITES its copy of the finished chunk, "
+                            "it does not add to it")
+                    raise AssertionError(
+                        f"{where}: element {wrong} of rank {rank} sums the inputs of ranks {sorted(counts)} only, "
+                        f"not all {world_size}. In reduce-scatter step s, rank r sends chunk (r − s) mod N and adds "
+                        "what it receives to chunk (r − 1 − s) mod N, the one its left neighbour sent; after N − 1 "
+                        "steps it holds the full sum of chunk (r + 1) mod N, which the all-gather passes on")
+                torch.testing.assert_close(result, total, msg=lambda m: f"{where}, rank {rank}: not the sum of the "
+                                           f"ranks' tensors. {m}")
+
+
+def check_ring_allreduce(your_function) -> None:
+    """`your_function(tensor, rank, world_size, send, recv)`, run once per rank: returns the sum over the
+    ranks' tensors, computed by a ring (2(N − 1) messages per rank, each one chunk of the tensor)."""
+    run_checker("ring all-reduce", your_function, _check_ring)
