@@ -47,8 +47,17 @@ mathjax_path = "mathjax/tex-chtml.js"
 
 html_theme = "sphinx_book_theme"
 html_title = project
+# Layout for phones and laptops (wrapping, scrolling boxes, the header's "Back to top") and the
+# full-size figure viewer; tests/test_site.py checks both at 390 px and 1366 px.
+templates_path = ["_templates"]
+html_static_path = ["_static"]
+html_css_files = ["course.css"]
+html_js_files = ["course.js"]
 html_theme_options = {
     "repository_url": repository_url(),
+    # The theme's button floats over the text; ours sits in the header bar (_templates/back-to-top.html).
+    "back_to_top_button": False,
+    "article_header_start": ["toggle-primary-sidebar.html", "back-to-top.html"],
     "use_repository_button": True,
     # The search field is in the sidebar already; no second one in a header bar.
     "navbar_persistent": [],

@@ -1,13 +1,19 @@
-"""Stage the course website's sources: README as the front page, the notebooks, the solutions.
+"""Stage the course website's sources: README as the front page, the notebooks, the solutions,
+and the Markdown pages the README links to (results, command line, maintainer's guide).
 
 Sphinx reads the staged folder (`build/site_src/` by default), never the repository itself, so
 the site can rewrite what only makes sense on GitHub without touching the committed files:
 
 - README.md becomes `index.md`, with a table of contents for the notebooks appended, and links
   to README.md from a notebook go to that front page;
-- notebooks and solutions are copied as they are (stored outputs, no re-execution), except that
+- notebooks and solutions are copied with their stored outputs (no re-execution), except that
   relative links to repository files that are not pages of the site (scripts, results, ...)
-  become links to those files on GitHub, so every internal link of the site resolves;
+  become links to those files on GitHub, so every internal link of the site resolves; nbdev's
+  directive lines (`#| default_exp ...`, `#| export`) are dropped, since they mean nothing to
+  a reader (a cell that held only directives goes); and a cell folded in Jupyter
+  (`jupyter.source_hidden`) gets the `hide-input` tag, which myst-nb shows as a "show code" toggle;
+- the Markdown pages (`DOC_PAGES`) are copied with the same link rewriting, and listed after the
+  solutions;
 - `images/` is copied so README's `images/x.png` and notebooks' figures resolve.
 
 Usage: python docs/stage_site.py [STAGING_DIR]
@@ -23,6 +29,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIRS = ("notebooks", "solutions")
+# Markdown pages of the site besides the front page, in the order of its sidebar.
+DOC_PAGES = ("docs/results.md", "docs/command_line.md", "CONTRIBUTING.md")
 # A Markdown link or image target: `](target)` or `](target "title")`.
 LINK = re.compile(r"\]\(\s*<?([^)\s>]+)>?((?:\s+\"[^\"]*\")?\s*)\)")
 
@@ -34,12 +42,14 @@ def repository_url() -> str:
 
 
 def site_pages() -> list[str]:
-    """Repository-relative paths of the notebooks that become pages, in reading order."""
-    return [
+    """Repository-relative paths of the files that become pages besides the front page: the
+    notebooks and solutions in reading order, then the Markdown pages."""
+    notebooks = [
         p.relative_to(ROOT).as_posix()
         for folder in NOTEBOOK_DIRS
         for p in sorted((ROOT / folder).glob("[0-9][0-9]_*.ipynb"))
     ]
+    return notebooks + [page for page in DOC_PAGES if (ROOT / page).is_file()]
 
 
 def rewrite_links(markdown: str, source: str, pages: set[str], repo: str) -> str:
@@ -72,8 +82,40 @@ def rewrite_links(markdown: str, source: str, pages: set[str], repo: str) -> str
     return LINK.sub(fix, markdown)
 
 
+# nbdev reads its directives from the comment lines at the top of a code cell.
+DIRECTIVE = re.compile(r"^[ \t]*#\|.*(?:\n|$)")
+
+
+def strip_directives(source: str) -> str:
+    """`source` without the nbdev directive lines at its top (`#| export`, `#| default_exp x`)."""
+    while (match := DIRECTIVE.match(source)):
+        source = source[match.end():]
+    return source
+
+
+def site_cells(cells: list[dict], page: str, pages: set[str], repo: str) -> list[dict]:
+    """The cells of a notebook as the site shows them (see the module docstring)."""
+    shown = []
+    for cell in cells:
+        text = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            cell["source"] = rewrite_links(text, page, pages, repo)
+        elif cell["cell_type"] == "code":
+            code = strip_directives(text)
+            if code != text and not code.strip() and not cell.get("outputs"):
+                continue
+            cell["source"] = code
+            metadata = cell.setdefault("metadata", {})
+            if metadata.get("jupyter", {}).get("source_hidden"):
+                tags = metadata.setdefault("tags", [])
+                if "hide-input" not in tags:
+                    tags.append("hide-input")
+        shown.append(cell)
+    return shown
+
+
 def toctree(caption: str, docs: list[str]) -> str:
-    entries = "\n".join(d.removesuffix(".ipynb") for d in docs)
+    entries = "\n".join(str(Path(d).with_suffix("")) for d in docs)
     return f"\n```{{toctree}}\n:hidden:\n:caption: {caption}\n\n{entries}\n```\n"
 
 
@@ -86,12 +128,13 @@ def stage(dest: Path) -> None:
     shutil.copytree(ROOT / "images", dest / "images")
 
     for page in pages:
-        nb = json.loads((ROOT / page).read_text(encoding="utf-8"))
-        for cell in nb["cells"]:
-            if cell["cell_type"] == "markdown":
-                text = "".join(cell["source"])
-                cell["source"] = rewrite_links(text, page, set(pages), repo)
         (dest / page).parent.mkdir(parents=True, exist_ok=True)
+        if page.endswith(".md"):
+            text = rewrite_links((ROOT / page).read_text(encoding="utf-8"), page, set(pages), repo)
+            (dest / page).write_text(text, encoding="utf-8")
+            continue
+        nb = json.loads((ROOT / page).read_text(encoding="utf-8"))
+        nb["cells"] = site_cells(nb["cells"], page, set(pages), repo)
         (dest / page).write_text(json.dumps(nb, ensure_ascii=False, indent=1), encoding="utf-8")
 
     readme = rewrite_links((ROOT / "README.md").read_text(encoding="utf-8"), "README.md", set(pages), repo)
@@ -99,8 +142,11 @@ def stage(dest: Path) -> None:
     solutions = [p for p in pages if p.startswith("solutions/")]
     if solutions:
         readme += toctree("Solutions to the exercises", solutions)
+    docs = [p for p in pages if p.endswith(".md")]
+    if docs:
+        readme += toctree("Results and reference", docs)
     (dest / "index.md").write_text(readme, encoding="utf-8")
-    print(f"staged README + {len(pages)} notebooks into {dest}")
+    print(f"staged README + {len(pages) - len(docs)} notebooks + {len(docs)} pages into {dest}")
 
 
 if __name__ == "__main__":

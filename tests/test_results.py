@@ -1,7 +1,8 @@
 """The committed Multi30k results (results/multi30k/seed_*/ and summary.json, written by
-scripts/benchmark_multi30k.py) must agree with each other and with the README: a score in
-metrics.json is re-derived here from the committed translations, the summary's means from the seeds'
-metrics, and the README's table from the summary, so no number can be edited by hand without this failing."""
+scripts/benchmark_multi30k.py) must agree with each other and with the documents that quote them: a
+score in metrics.json is re-derived here from the committed translations, the summary's means from
+the seeds' metrics, and docs/results.md's table and the README's headline from the summary, so no
+number can be edited by hand without this failing."""
 import importlib.util
 import json
 import statistics
@@ -14,6 +15,7 @@ from transformer_lib.evaluation import score_translations
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "results" / "multi30k"
+RESULTS_PAGE = REPO / "docs" / "results.md"   # the full table, linked from the README
 SEEDS = sorted(p.name for p in RESULTS.glob("seed_*") if (p / "metrics.json").is_file())
 pytestmark = pytest.mark.skipif(not SEEDS, reason="no committed Multi30k results")
 DECODINGS = [(split, decoding) for split in ("test_2016", "test_2017") for decoding in ("greedy", "beam4")]
@@ -119,17 +121,26 @@ def test_summary_is_the_mean_of_the_seeds(summary):
             assert value == round(statistics.fmean(s[key] for s in per_seed.values()), 2), (model, key)
 
 
-def test_readme_quotes_the_summary(summary):
-    """README's Multi30k table: a row per model and seed, and the mean row, as summary.json says."""
+def test_results_page_quotes_the_summary(summary):
+    """docs/results.md's Multi30k table: a row per model and seed, and the mean row, as summary.json says."""
     columns = ["steps", "target_tokens_per_second", "valid_greedy"] + [f"{s}_{d}" for s, d in DECODINGS]
     rows = {}
-    for line in (REPO / "README.md").read_text(encoding="utf-8").splitlines():
+    for line in RESULTS_PAGE.read_text(encoding="utf-8").splitlines():
         cells = [c.strip().strip("*") for c in line.strip().strip("|").split("|")]
         if cells[0] in ("ours", "`nn.Transformer`") and len(cells) == 2 + len(columns):
             rows["ours" if cells[0] == "ours" else "peer", cells[1]] = cells[2:]
     expected = {(m, label) for m in ("ours", "peer") for label in [*summary["models"][m]["per_seed"], "mean"]}
-    assert set(rows) == expected, "README.md's Multi30k table lacks rows: one per model and seed, and the mean"
+    assert set(rows) == expected, "docs/results.md's Multi30k table lacks rows: one per model and seed, and the mean"
     for (model, label), cells in rows.items():
         stored = summary["models"][model]["mean"] if label == "mean" else summary["models"][model]["per_seed"][label]
         quoted = [float(c.replace(",", "")) for c in cells]
         assert quoted == [round(stored[key], 0 if i < 2 else 1) for i, key in enumerate(columns)], (model, label)
+
+
+def test_readme_headline_quotes_the_summary(summary):
+    """The README's one-line Multi30k result: ours with beam 4 and greedy, then the peer's, on test_2016."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    ours, peer = summary["models"]["ours"]["mean"], summary["models"]["peer"]["mean"]
+    headline = (f"{ours['test_2016_beam4']:.2f} BLEU with beam 4 on test_2016 ({ours['test_2016_greedy']:.2f} greedy), "
+                f"against {peer['test_2016_beam4']:.2f} / {peer['test_2016_greedy']:.2f} for `nn.Transformer`")
+    assert headline in " ".join(readme.split())

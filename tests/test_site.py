@@ -1,19 +1,28 @@
-"""The course website, checked in a real headless Chromium, page by page.
+"""The course website, checked in a real headless Chromium, page by page, on a phone and a laptop.
 
 The site is built by `bash scripts/build_site.sh` (again only when a source is newer than it),
 served from build/site on 127.0.0.1, and every page is opened in Debian's `chromium` driven by
-Playwright. Each page must: log no console error, request nothing outside 127.0.0.1, load every
-image, finish MathJax with no TeX error and no raw `$...$` left in its text, and have every
-internal link point to an existing page and anchor.
+Playwright, at 390 x 844 (a phone) and at 1366 x 900 (a laptop). Each page must: log no console
+error, request nothing outside 127.0.0.1, load every image, finish MathJax with no TeX error and
+no raw `$...$` left in its text, have every internal link point to an existing page and anchor,
+be no wider than the window, let every code block, output, display equation and table either fit
+its column or scroll in its own box (never cut off), show no nbdev directive line, and have a
+"Back to top" button that covers nothing.
+
+A cell folded in Jupyter (tag `hide-input`, `jupyter.source_hidden`) must show as a collapsed
+"show code" toggle with its outputs visible: checked on a small notebook built through the same
+docs/conf.py, and on every folded cell of the real site. A tapped figure opens at full size.
 
 `CHROMIUM_PATH` picks another Chromium build (default /usr/bin/chromium, which
 scripts/setup_env.sh installs on Debian). `python tests/test_site.py --screenshots` writes the
 README's screenshots of the site to images/.
 """
 
+import contextlib
 import functools
 import html.parser
 import http.server
+import json
 import os
 import re
 import subprocess
@@ -26,18 +35,19 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "docs"))
-from stage_site import repository_url, rewrite_links, site_pages  # noqa: E402
+from stage_site import DOC_PAGES, repository_url, rewrite_links, site_cells, site_pages, strip_directives  # noqa: E402
 
 SITE = ROOT / "build" / "site"
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SOURCES = ["README.md", "pyproject.toml", "images", "notebooks", "solutions", "docs/conf.py",
-           "docs/stage_site.py", "scripts/build_site.sh"]
-# The front page, the notebooks, the solutions, and the pages Sphinx adds to every site.
-PAGES = (["index.html"] + [p.removesuffix(".ipynb") + ".html" for p in site_pages()]
+           "docs/stage_site.py", "docs/_static", "docs/_templates", "scripts/build_site.sh", *DOC_PAGES]
+# The front page, the notebooks, the solutions, the Markdown pages, and the pages Sphinx adds.
+PAGES = (["index.html"] + [Path(p).with_suffix(".html").as_posix() for p in site_pages()]
          + ["genindex.html", "search.html"])
 PAGE_TIMEOUT_MS = 30_000
+VIEWPORTS = {"phone": {"width": 390, "height": 844}, "laptop": {"width": 1366, "height": 900}}
 
 # Text the browser shows, without code, program output and typeset math: raw TeX left there
 # means MathJax did not render it.
@@ -53,6 +63,79 @@ BROKEN_IMAGES_JS = """() => Array.from(document.images)
   .map(img => img.getAttribute('src'))"""
 LINKS_JS = "() => Array.from(document.querySelectorAll('a[href]')).map(a => a.href)"
 RAW_TEX = re.compile(r"\$\$|\$[^$\s][^$]*?\$|\\\(|\\\)|\\\[|\\\]|\\begin\{")
+# The page fits the window; every code block, output, display equation and table of the article
+# fits its column or scrolls sideways in its own box (which shows shadows at the edges that hide
+# more); nothing else is drawn outside the column. Returns the problems, and how many blocks scroll.
+LAYOUT_JS = """() => {
+  const problems = [];
+  const viewport = window.innerWidth;
+  const width = document.documentElement.scrollWidth;
+  if (width > viewport) problems.push(`the page is ${width} px wide in a ${viewport} px window`);
+  const article = document.querySelector('.bd-article');
+  if (!article) return {problems, blocks: 0, scrolling: 0};
+  const column = article.getBoundingClientRect();
+  const right = Math.min(column.right, viewport) + 1, left = Math.max(column.left, 0) - 1;
+  const scrollBox = el => {  // the element itself, or its nearest ancestor in the article, that scrolls sideways
+    for (let e = el; e && e !== article; e = e.parentElement)
+      if (['auto', 'scroll'].includes(getComputedStyle(e).overflowX)) return e;
+    return null;
+  };
+  const describe = el => `<${el.tagName.toLowerCase()} class="${el.className}"> ` +
+    JSON.stringify((el.textContent || el.getAttribute('src') || '').trim().slice(0, 60));
+  const blocks = Array.from(article.querySelectorAll('pre, mjx-container[display="true"], table'))
+    .filter(el => el.getClientRects().length > 0);
+  let scrolling = 0;
+  for (const el of blocks) {
+    const box = scrollBox(el);
+    const r = (box || el).getBoundingClientRect();
+    if (r.left < left || r.right > right)
+      problems.push(`sticks out of the column (${Math.round(r.left)}-${Math.round(r.right)} px): ${describe(el)}`);
+    if (!box && el.scrollWidth > el.clientWidth + 1) {
+      problems.push(`cut off: ${el.scrollWidth} px of content in ${el.clientWidth} px, no scrollbar: ${describe(el)}`);
+    } else if (box && box.scrollWidth > box.clientWidth + 1) {
+      scrolling++;
+      if (!getComputedStyle(box).backgroundImage.includes('gradient'))
+        problems.push(`scrolls without the edge shadows: ${describe(el)}`);
+    }
+  }
+  let outside = 0;
+  for (const el of article.querySelectorAll('*')) {
+    const r = el.getBoundingClientRect();
+    if (r.width === 0 || (r.right <= right && r.left >= left)) continue;
+    // MathJax's assistive MathML is clipped to nothing; a scrolling box shows the rest.
+    if (scrollBox(el) || el.closest('mjx-assistive-mml')) continue;
+    if (outside++ < 5)
+      problems.push(`drawn outside the column (${Math.round(r.left)}-${Math.round(r.right)} px): ${describe(el)}`);
+  }
+  return {problems, blocks: blocks.length, scrolling};
+}"""
+# nbdev's `#| export` / `#| default_exp` lines at the top of a code cell, as the page shows them.
+DIRECTIVES_JS = r"""() => Array.from(document.querySelectorAll('.cell_input pre'))
+  .map(pre => pre.textContent).filter(code => /^\s*#\|/.test(code)).map(code => code.slice(0, 60))"""
+# Where "Back to top" is, once the reader has scrolled down and back up a little (the theme shows
+# it then): what lies under it must be the header bar's background, not text or another control.
+BACK_TO_TOP_JS = """async () => {
+  const pause = () => new Promise(resolve => setTimeout(resolve, 150));
+  const button = document.getElementById('pst-back-to-top');
+  if (!button) return ['no Back to top button'];
+  window.scrollTo(0, Math.min(3000, document.documentElement.scrollHeight));
+  await pause();
+  window.scrollBy(0, -200);
+  await pause();
+  if (getComputedStyle(button).display === 'none') return [];
+  const r = button.getBoundingClientRect();
+  if (r.width === 0) return [];
+  const header = document.querySelector('.bd-header-article');
+  const problems = [];
+  for (const fx of [0.05, 0.5, 0.95]) for (const fy of [0.1, 0.5, 0.9]) {
+    const x = r.left + fx * r.width, y = r.top + fy * r.height;
+    const under = document.elementsFromPoint(x, y).find(e => !button.contains(e) && e !== button);
+    const control = under && under.closest('a, button, input, p, li, pre, code, h1, h2, h3, h4, table, img');
+    if (!under || !header || !header.contains(under) || control)
+      problems.push(`Back to top covers ${under ? under.tagName.toLowerCase() + '.' + under.className : 'nothing drawn'} at (${Math.round(x)}, ${Math.round(y)})`);
+  }
+  return problems;
+}"""
 
 
 def newest_mtime(paths) -> float:
@@ -110,16 +193,25 @@ def built_site() -> Path:
     return SITE
 
 
-# Module scope: the browser and server are gone before nbval's kernels start (asyncio loops).
-@pytest.fixture(scope="module")
-def server(built_site):
-    handler = functools.partial(QuietHandler, directory=str(built_site))
+@contextlib.contextmanager
+def serve(directory: Path):
+    """Serve `directory` on 127.0.0.1; yield its origin (`http://127.0.0.1:PORT`)."""
+    handler = functools.partial(QuietHandler, directory=str(directory))
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+# Module scope: the browser and server are gone before nbval's kernels start (asyncio loops).
+@pytest.fixture(scope="module")
+def server(built_site):
+    with serve(built_site) as origin:
+        yield origin
 
 
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -149,7 +241,7 @@ def browser():
 
 def open_page(browser, url: str, viewport=None):
     """Open `url`; return (page, problems) once the page, its images, math and fonts are loaded."""
-    context = browser.new_context(viewport=viewport or {"width": 1280, "height": 800})
+    context = browser.new_context(viewport=viewport or VIEWPORTS["laptop"])
     page = context.new_page()
     page.set_default_timeout(PAGE_TIMEOUT_MS)
     problems = []
@@ -177,13 +269,18 @@ def open_page(browser, url: str, viewport=None):
     if page.evaluate("() => document.querySelector('.math') !== null"):
         page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise")
         page.evaluate("() => MathJax.startup.promise.then(() => document.fonts.ready).then(() => true)")
+        # course.js has given a formula too wide for its line a scrolling line of its own.
+        page.wait_for_function("() => document.documentElement.dataset.courseMath === 'fitted'")
     return page, problems
 
 
 @pytest.mark.parametrize("name", PAGES)
-def test_page_in_chromium(name, browser, server):
-    page, problems = open_page(browser, f"{server}/{name}")
+@pytest.mark.parametrize("viewport", VIEWPORTS)
+def test_page_in_chromium(name, viewport, browser, server):
+    page, problems = open_page(browser, f"{server}/{name}", viewport=VIEWPORTS[viewport])
     try:
+        problems += page.evaluate(LAYOUT_JS)["problems"]
+        problems += [f"nbdev directive shown: {code!r}" for code in page.evaluate(DIRECTIVES_JS)]
         problems += [f"image not loaded: {src}" for src in page.evaluate(BROKEN_IMAGES_JS)]
         typeset = page.evaluate("() => document.querySelectorAll('mjx-container').length")
         pending = page.evaluate("() => document.querySelectorAll('.math:not(:has(mjx-container))').length")
@@ -196,6 +293,7 @@ def test_page_in_chromium(name, browser, server):
         problems += [f"raw TeX left in the text: ...{prose[max(m.start() - 40, 0):m.end() + 40]!r}..."
                      for m in RAW_TEX.finditer(prose)]
         problems += filter(None, (link_problem(href, server) for href in set(page.evaluate(LINKS_JS))))
+        problems += page.evaluate(BACK_TO_TOP_JS)
     finally:
         page.context.close()
     # A failed image is reported again when the page re-requests it: each problem once.
@@ -235,30 +333,168 @@ def test_no_page_loads_anything_from_a_cdn(built_site):
     assert {name: found for name, found in offenders.items() if found} == {}
 
 
+# --- Folded cells: a "show code" toggle, outputs visible ---------------------------------------
+
+def folded_cells(nb: dict) -> int:
+    return sum("hide-input" in c.get("metadata", {}).get("tags", []) for c in nb["cells"])
+
+
+def test_every_folded_cell_of_the_site_is_a_collapsed_toggle(built_site):
+    """Each cell the staged notebooks fold (tag `hide-input`) is a closed <details> on its page."""
+    staged = ROOT / "build" / "site_src"
+    for page in site_pages():
+        if not page.endswith(".ipynb"):
+            continue
+        nb = json.loads((staged / page).read_text(encoding="utf-8"))
+        html_text = (built_site / Path(page).with_suffix(".html")).read_text(encoding="utf-8")
+        toggles = re.findall(r'<div class="cell [^"]*\btag_hide-input\b[^"]*">\s*<details class="([^"]*)"', html_text)
+        assert len(toggles) == folded_cells(nb), page
+        assert all("above-input" in t.split() for t in toggles), page
+
+
+def code_cell(source, outputs=(), **metadata) -> dict:
+    return {"cell_type": "code", "id": f"c{abs(hash(source))}", "execution_count": 1, "metadata": metadata, "source": source,
+            "outputs": [{"output_type": "stream", "name": "stdout", "text": text} for text in outputs]}
+
+
+def test_staging_drops_directives_and_folds_hidden_cells():
+    cells = [
+        code_cell("#| default_exp attention"),                                   # only a directive: dropped
+        code_cell("#| export\ndef f(x):\n    return x\n"),                      # directive line dropped
+        code_cell("if x < 0:\n    raise ValueError\n", ["ok\n"], jupyter={"source_hidden": True}),
+        code_cell("print(1)  #| not a directive here", ["1\n"], tags=["hide-input"]),
+    ]
+    shown = site_cells(cells, "notebooks/04_attention.ipynb", set(), repository_url())
+    assert [c["source"] for c in shown] == ["def f(x):\n    return x\n", "if x < 0:\n    raise ValueError\n",
+                                            "print(1)  #| not a directive here"]
+    assert [c["metadata"].get("tags") for c in shown] == [None, ["hide-input"], ["hide-input"]]
+    assert strip_directives("#| export\n#| hide\nx = 1") == "x = 1"
+
+
+def test_folded_cell_shows_a_collapsed_toggle_with_its_outputs(tmp_path, browser):
+    """A small notebook built through the site's own docs/conf.py, opened in Chromium."""
+    src, out = tmp_path / "src", tmp_path / "site"
+    (src / "notebooks").mkdir(parents=True)
+    cells = [
+        {"cell_type": "markdown", "id": "title", "metadata": {}, "source": "# Folded cells\n\nThe next cell only guards its input."},
+        code_cell("#| export\nif n < 0:\n    raise ValueError('n must be >= 0')\nprint('guarded')",
+                  ["guarded\n"], jupyter={"source_hidden": True}, tags=["hide-input"]),
+        code_cell("print('only folded in Jupyter')", ["folded too\n"], jupyter={"source_hidden": True}),
+        code_cell("print('shown')", ["shown\n"]),
+    ]
+    nb = {"nbformat": 4, "nbformat_minor": 5, "cells": site_cells(cells, "notebooks/folded.ipynb", set(), repository_url()),
+          "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}}
+    (src / "notebooks" / "folded.ipynb").write_text(json.dumps(nb), encoding="utf-8")
+    (src / "index.md").write_text("# Index\n\n```{toctree}\nnotebooks/folded\n```\n", encoding="utf-8")
+    subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-q", "-c", str(ROOT / "docs"),
+                    "-d", str(tmp_path / "doctrees"), str(src), str(out)], check=True)
+    with serve(out) as origin:
+        page, problems = open_page(browser, f"{origin}/notebooks/folded.html", viewport=VIEWPORTS["phone"])
+        try:
+            cells = page.evaluate("""() => Array.from(document.querySelectorAll('.bd-article .cell')).map(cell => {
+              const details = cell.querySelector('details');
+              const code = cell.querySelector('.cell_input pre');
+              const output = cell.querySelector('.cell_output pre');
+              return {toggle: details ? details.querySelector('summary').innerText.trim() : null,
+                      open: details ? details.open : null,
+                      codeShown: code.checkVisibility(),
+                      output: output && output.checkVisibility() ? output.textContent.trim() : null};
+            })""")
+            assert cells == [
+                {"toggle": "Show code cell source", "open": False, "codeShown": False, "output": "guarded"},
+                {"toggle": "Show code cell source", "open": False, "codeShown": False, "output": "folded too"},
+                {"toggle": None, "open": None, "codeShown": True, "output": "shown"},
+            ]
+            page.click(".bd-article details summary")
+            shown = page.evaluate("() => document.querySelector('.bd-article details .cell_input pre').innerText")
+            assert shown.startswith("if n < 0:")          # the code, without nbdev's directive line
+            assert problems == []
+        finally:
+            page.context.close()
+
+
+# --- Figures open at full size ------------------------------------------------------------------
+
+def test_tapping_a_figure_opens_it_at_full_size(browser, server):
+    page, problems = open_page(browser, f"{server}/notebooks/05_multihead_attention.html",
+                               viewport=VIEWPORTS["phone"])
+    try:
+        link = page.locator("a.course-figure-link").first
+        shrunk = link.locator("img").bounding_box()["width"]
+        link.click()
+        full = page.locator(".course-figure-viewer img")
+        full.wait_for()
+        page.wait_for_function("() => document.querySelector('.course-figure-viewer img').complete")
+        natural = page.evaluate("() => document.querySelector('.course-figure-viewer img').naturalWidth")
+        assert full.bounding_box()["width"] == natural > 1.5 * shrunk
+        page.keyboard.press("Escape")
+        assert page.locator(".course-figure-viewer").count() == 0
+        assert problems == []
+    finally:
+        page.context.close()
+
+
+# --- The front page starts the course ------------------------------------------------------------
+
+def test_front_page_starts_the_course_three_ways():
+    """Colab at notebook 00, one local command, the website: all on the README's first screen."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    repo = repository_url()
+    owner, name = repo.removeprefix("https://github.com/").split("/")
+    first_screen = "\n".join(readme.splitlines()[:30])
+    assert f"https://colab.research.google.com/github/{owner}/{name}/blob/main/notebooks/00_course_map.ipynb" in first_screen
+    assert "bash scripts/start_course.sh" in first_screen and (ROOT / "scripts" / "start_course.sh").is_file()
+    assert f"https://{owner}.github.io/{name}/" in first_screen
+    assert "jupyter lab" in (ROOT / "scripts" / "start_course.sh").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 150, "README.md is the learner's page: maintainer detail goes to CONTRIBUTING.md"
+
+
+def test_readme_test_command_is_what_ci_runs():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    testing = readme.split("\n## Testing\n", 1)[1].split("\n## ", 1)[0]
+    assert "bash scripts/test.sh" in testing
+    assert "bash scripts/test.sh" in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+
+
+def test_readme_screenshots_exist_one_at_phone_size():
+    from PIL import Image
+
+    sizes = {}
+    for shot in re.findall(r"\(images/(site_[a-z_]+\.png)\)", (ROOT / "README.md").read_text(encoding="utf-8")):
+        with Image.open(ROOT / "images" / shot) as image:
+            sizes[shot] = image.size
+    assert sizes.get("site_phone_page.png") == (VIEWPORTS["phone"]["width"], VIEWPORTS["phone"]["height"])
+    assert sizes.get("site_front_page.png") == (VIEWPORTS["laptop"]["width"], VIEWPORTS["laptop"]["height"])
+
+
+# --- The README's screenshots ----------------------------------------------------------------------
+
+# file: (page, element to scroll to the top, viewport)
+SCREENSHOTS = {
+    "site_front_page.png": ("index.html", None, "laptop"),
+    "site_notebook_page.png": ("notebooks/05_multihead_attention.html", "#the-core-multi-head-attention-in-twenty-lines", "laptop"),
+    "site_phone_page.png": ("notebooks/05_multihead_attention.html", "#the-equations", "phone"),
+}
+
+
 def take_screenshots() -> None:
-    """Write images/site_front_page.png and images/site_notebook_page.png from the built site."""
+    """Write the README's pictures of the site (SCREENSHOTS) into images/ from a fresh build."""
     from playwright.sync_api import sync_playwright
 
     subprocess.run(["bash", "scripts/build_site.sh"], cwd=ROOT, check=True)
-    httpd = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), functools.partial(QuietHandler, directory=str(SITE)))
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    origin = f"http://127.0.0.1:{httpd.server_address[1]}"
-    shots = {"site_front_page.png": ("index.html", None),
-             "site_notebook_page.png": ("notebooks/04_attention.html", "#the-equation")}
-    with sync_playwright() as playwright:
+    with serve(SITE) as origin, sync_playwright() as playwright:
         browser = launch(playwright)
-        for file_name, (name, anchor) in shots.items():
-            page, problems = open_page(browser, f"{origin}/{name}", viewport={"width": 1280, "height": 800})
-            assert problems == [], problems
-            if anchor and page.query_selector(anchor):
+        for file_name, (name, anchor, viewport) in SCREENSHOTS.items():
+            page, problems = open_page(browser, f"{origin}/{name}", viewport=VIEWPORTS[viewport])
+            # A screenshot taken for the first time is missing from the site it is taken of.
+            assert [p for p in problems if not any(shot in p for shot in SCREENSHOTS)] == [], problems
+            if anchor:
                 page.evaluate(f"() => document.querySelector({anchor!r}).scrollIntoView()")
                 page.wait_for_timeout(300)
             page.screenshot(path=str(ROOT / "images" / file_name))
             page.context.close()
             print(f"wrote images/{file_name}")
         browser.close()
-    httpd.shutdown()
 
 
 if __name__ == "__main__":
