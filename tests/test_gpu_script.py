@@ -87,3 +87,13 @@ def test_a_run_where_nothing_passed_fails(tmp_path):
     assert done.returncode == 1
     assert summary["status"] == "failed"
     assert all(part["passed"] == 0 for part in summary["parts"].values())
+
+
+def test_the_workflow_gpu_job_runs_exactly_the_script():
+    yaml = pytest.importorskip("yaml")
+    job = yaml.safe_load((REPO / ".github" / "workflows" / "ci.yml").read_text())["jobs"]["gpu"]
+    assert "gpu" in job["runs-on"] and "self-hosted" in job["runs-on"]
+    runs = [step["run"] for step in job["steps"] if "run" in step]
+    assert runs == ["bash scripts/test_gpu.sh"]
+    upload = next(step for step in job["steps"] if step.get("uses", "").startswith("actions/upload-artifact"))
+    assert upload["with"]["path"] == "results/gpu/" and upload["if"] == "always()"
