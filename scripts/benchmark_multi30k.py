@@ -22,6 +22,11 @@ averaging of the last 5 checkpoints (§6.1, --ours-average), kept if it scores h
 weights on the validation set. Both are scored with the same greedy decoding and beam search
 (beam 4, α = 0.6); the validation set is scored too (greedy), for ours before and after averaging.
 
+--device (default cpu) is where both models train and decode, one after the other, on the same
+batches and budget: e.g. `--device cuda`. There --ours-amp auto takes the precision the GPU has
+(`transformer_lib.device.pick_amp`: bf16 on compute capability >= 8.0, fp16 with a GradScaler below);
+the peer stays float32 unless --peer-amp says otherwise.
+
 Reads Multi30k from --data-dir (default $MULTI30K_DIR, else ../shared/data/multi30k beside the repo).
 Writes metrics.json, curves.png (training and validation loss), attention.png, samples.md and the
 trained models' tokenizer into --out. For choosing a recipe, --valid-only trains and scores the
@@ -48,6 +53,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from transformer_lib.cli import parse_duration  # noqa: E402
 from transformer_lib.data import TranslationData, load_pairs  # noqa: E402
+from transformer_lib.device import pick_amp  # noqa: E402
 from transformer_lib.evaluation import score_translations, translate  # noqa: E402
 from transformer_lib.model import TransformerConfig, build_transformer  # noqa: E402
 from transformer_lib.multihead import MultiHeadAttention  # noqa: E402
@@ -60,7 +66,8 @@ from peer_transformer import PeerTransformer  # noqa: E402
 def recipe_for(name: str, args) -> dict:
     """What differs between the two models: only ours gets autocast, the cooldown, averaging and its own options."""
     ours = name == "ours"
-    return {"amp": args.ours_amp if ours and args.ours_amp != "none" else None,   # "auto": decided by measuring
+    amp = args.ours_amp if ours else args.peer_amp
+    return {"amp": None if amp == "none" else amp,   # "auto": decided by the device (and, on a CPU, by measuring)
             "cooldown": args.ours_cooldown if ours else 0.0,
             "lr_factor": args.ours_lr_factor if ours and args.ours_lr_factor else args.lr_factor,
             "init": args.ours_init if ours else "torch",
@@ -112,7 +119,10 @@ def faster_autocast(model: nn.Module, batches: list, loss_fn, rounds: int = 3) -
 def train_one(name: str, model: nn.Module, data: TranslationData, args, pad_id: int,
               valid_pairs: list, tokenizer, max_len: int) -> dict:
     recipe = recipe_for(name, args)
-    budget = args.budget
+    budget, device = args.budget, torch.device(args.device)
+    if recipe["amp"] == "auto" and device.type != "cpu":     # what the accelerator has (bf16, fp16 or neither)
+        recipe["amp"] = pick_amp(device)
+        print(f"[{name}] autocast chosen for {device}: {recipe['amp'] or 'float32'}", file=sys.stderr)
     if recipe["amp"] == "auto":      # chosen per machine, by measuring; the probe's time counts against the budget
         start = time.perf_counter()
         criterion = LabelSmoothingLoss(args.label_smoothing, ignore_index=pad_id)
@@ -128,7 +138,7 @@ def train_one(name: str, model: nn.Module, data: TranslationData, args, pad_id: 
     loss_fn = lambda m, b: translation_loss(m, b, criterion)   # noqa: E731
     valid_batches = TranslationData(valid_pairs, tokenizer, args.max_tokens, max_len=max_len).batches(0, shuffle=False)
     trainer = Trainer(model, loss_fn, optimizer, lambda epoch: data.batches(epoch, seed=args.seed), scheduler,
-                      amp_dtype=recipe["amp"], time_budget_s=budget, max_steps=args.max_steps,
+                      device=device, amp_dtype=recipe["amp"], time_budget_s=budget, max_steps=args.max_steps,
                       log_every=args.log_every,
                       progress=not args.no_progress, validate=lambda m: validation_loss(m, valid_batches, loss_fn),
                       validate_every=args.validate_every)
@@ -182,15 +192,16 @@ def _plot_attention(model, tokenizer, sentence: str, path: Path) -> None:
 
     model.eval()
     hyp = translate(model, tokenizer, [sentence])[0]
-    src = torch.tensor([tokenizer.encode(sentence, unknown="replace")])
+    device = next(model.parameters()).device
+    src = torch.tensor([tokenizer.encode(sentence, unknown="replace")], device=device)
     hyp_ids = tokenizer.encode(hyp, add_special_tokens=False, unknown="replace") if hyp.strip() else []
-    tgt = torch.tensor([[tokenizer.bos_id] + hyp_ids])                    # <s> y1 .. yn
+    tgt = torch.tensor([[tokenizer.bos_id] + hyp_ids], device=device)    # <s> y1 .. yn
     layer = model.decoder.layers[-1].cross_attn
     layer.keep_weights = True
     with torch.no_grad():
         model(src, tgt)
     layer.keep_weights = False
-    weights = layer.last_weights[0].mean(0)                               # (T, S)
+    weights = layer.last_weights[0].mean(0).float().cpu()                 # (T, S)
     fig, ax = plt.subplots(figsize=(7, 6))
     image = ax.imshow(weights, cmap="viridis", vmin=0)
     ax.set_xticks(range(src.size(1)), [tokenizer.id_to_token(i) for i in src[0].tolist()], rotation=90)
@@ -241,9 +252,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens", type=int, default=2048, help="padded tokens a batch, on each side")
     p.add_argument("--warmup", type=int, default=400)
     p.add_argument("--lr-factor", type=float, default=1.0)
-    p.add_argument("--ours-amp", default="auto", choices=["auto", "bf16", "none"],
-                   help="autocast for ours (the peer stays float32); auto times a few steps of both on this machine "
-                        "and takes bf16 only if it is faster (it is only on CPUs with fast bf16 instructions)")
+    p.add_argument("--device", default="cpu", help="where both models train and decode: cpu, cuda, cuda:1, mps")
+    p.add_argument("--ours-amp", default="auto", choices=["auto", "bf16", "fp16", "none"],
+                   help="autocast for ours; auto: on a GPU what it has (bf16 on capability >= 8.0, else fp16), on a "
+                        "CPU a few timed steps of both, bf16 only if it is faster (only with fast bf16 instructions)")
+    p.add_argument("--peer-amp", default="none", choices=["auto", "bf16", "fp16", "none"],
+                   help="autocast for the peer (none: float32, its standard recipe); auto as for --ours-amp")
     p.add_argument("--ours-lr-factor", type=float, default=None, help="ours: --lr-factor for ours only")
     # The paper drops out only residual branches and embeddings; nn.Transformer also drops attention weights
     # and feed-forward hidden units. Without those two, ours reached higher validation BLEU (see README).
@@ -278,6 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main() -> None:
     args = build_parser().parse_args()
+    _check_device(args.device)
     if args.summarize:
         print(json.dumps(summarize(RESULTS), indent=1))
         return
@@ -305,9 +320,10 @@ def main() -> None:
             if name == "ours" else PeerTransformer(config)
         if name == "ours" and args.ours_init == "torch":
             init_attention_like_torch(model)
+        model.to(args.device)      # after drawing the weights on the CPU: the same start on every device
         weights = args.weights_dir / f"multi30k_{name}.pt"
         if args.eval_only:   # re-score saved weights (e.g. after a decoding change), keep the training record
-            model.load_state_dict(torch.load(weights, weights_only=True))
+            model.load_state_dict(torch.load(weights, map_location=args.device, weights_only=True))
             result = json.loads((args.out / f"model_{name}.json").read_text())
             result["eval_command"] = "python scripts/benchmark_multi30k.py " + " ".join(sys.argv[1:])
             result.setdefault("recipe", recipe_for(name, args))
@@ -318,7 +334,7 @@ def main() -> None:
             weights.parent.mkdir(parents=True, exist_ok=True)
             torch.save(model.state_dict(), weights)        # runs/ is not committed
             result.update(command="python scripts/benchmark_multi30k.py " + " ".join(sys.argv[1:]),
-                          hardware=_hardware(), config={k: _portable(v) for k, v in vars(args).items()} | {"model": vars(config)})
+                          hardware=_hardware(args.device), config={k: _portable(v) for k, v in vars(args).items()} | {"model": vars(config)})
             if args.valid_only:
                 (args.out / f"model_{name}.json").write_text(json.dumps(result, indent=1))
                 continue
@@ -381,10 +397,33 @@ def _cpu_name() -> str:
     return platform.processor() or "unknown"
 
 
-def _hardware() -> dict:
-    return {"machine": platform.machine(), "processor": _cpu_name(),
-            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "torch": torch.__version__, "python": platform.python_version()}
+def _check_device(name: str) -> None:
+    """One `error:` line and exit 2 for a --device this machine cannot use."""
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        _refuse(f"--device {name!r} is not a device; use cpu, cuda, cuda:N or mps")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        _refuse(f"--device {name}: no CUDA device is visible here (torch {torch.__version__}); use --device cpu")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        _refuse(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        _refuse(f"--device {name}: MPS is not available here; use --device cpu")
+
+
+def _refuse(message: str):
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _hardware(device: str = "cpu") -> dict:
+    hardware = {"machine": platform.machine(), "processor": _cpu_name(),
+                "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+                "torch": torch.__version__, "python": platform.python_version(), "device": device}
+    if torch.device(device).type == "cuda":
+        hardware.update(gpu=torch.cuda.get_device_name(device), cuda=torch.version.cuda,
+                        capability=".".join(map(str, torch.cuda.get_device_capability(device))))
+    return hardware
 
 
 def _assemble(out: Path, train_pairs, test_sets, tokenizer) -> dict:

@@ -25,7 +25,7 @@ def test_benchmark_smoke_run(tmp_path):
     command = [sys.executable, str(REPO / "scripts" / "benchmark_multi30k.py"), "--data-dir", str(data_dir),
                "--out", str(out), "--weights-dir", str(tmp_path / "runs"), "--max-steps", "4", "--budget", "10m",
                "--average-every", "2", "--ours-average", "2", "--ours-cooldown", "0.5", "--test-limit", "3", "--log-every", "2", "--validate-every", "4", "--d-model", "32",
-               "--d-ff", "64", "--layers", "1", "--vocab-size", "1000", "--threads", "1", "--no-progress"]
+               "--d-ff", "64", "--layers", "1", "--vocab-size", "1000", "--threads", "1", "--no-progress", "--device", "cpu"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     metrics = json.loads((out / "metrics.json").read_text())
@@ -44,6 +44,22 @@ def test_benchmark_smoke_run(tmp_path):
     assert len((out / "hypotheses_peer_test_2017_beam4.txt").read_text().splitlines()) == 3
     for name in ("curves.png", "attention.png", "samples.md", "tokenizer.json"):
         assert (out / name).is_file(), name
+    assert ours["hardware"]["device"] == "cpu" and ours["config"]["device"] == "cpu"
+    assert peer["recipe"]["amp"] is None                  # --peer-amp none: the peer's float32 recipe
+
+
+@pytest.mark.parametrize("device, message", [
+    ("gpu", "--device 'gpu' is not a device; use cpu, cuda, cuda:N or mps"),
+    pytest.param("cuda", "--device cuda: no CUDA device is visible here", marks=pytest.mark.skipif(
+        torch.cuda.is_available(), reason="needs a machine without CUDA")),
+])
+def test_benchmark_refuses_a_device_it_cannot_use(tmp_path, device, message):
+    command = [sys.executable, str(REPO / "scripts" / "benchmark_multi30k.py"), "--device", device,
+               "--out", str(tmp_path / "out"), "--data-dir", str(tmp_path)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"error: {message}") and len(done.stderr.splitlines()) == 1
+    assert not (tmp_path / "out").exists()                # refused before anything was written
 
 
 def _benchmark_module():
