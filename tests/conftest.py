@@ -1,0 +1,51 @@
+"""How the test command shares its work between the cores (pytest-xdist, `--dist loadfile`).
+
+Each file is one unit of work, so a notebook runs top to bottom in one kernel and a module's fixtures
+are built once. Notebooks 11, 12 and 13 are one unit, in that order: 11 trains `runs/course_model`,
+which 12 and 13 load (a second process would train it again into the same folder). The units that
+take minutes are handed out first, so no core is left with one of them at the end.
+
+`scripts/test_portability.sh` collects no file of tests/, so it loads this file with
+`-p tests.conftest`.
+"""
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+COURSE_MODEL = "course_model"
+# The notebooks that share runs/course_model, in the order they must run.
+COURSE_MODEL_NOTEBOOKS = ("notebooks/11_training.ipynb", "notebooks/12_decoding.ipynb",
+                          "notebooks/13_evaluation.ipynb")
+# Units that take minutes on a 2-core machine, longest first: the off-repo test installs a venv and
+# runs every notebook; the course model's unit trains it. Everything else follows in collection order.
+SLOW_FIRST = ("tests/test_off_repo.py", COURSE_MODEL)
+
+
+def work_unit(nodeid: str) -> str:
+    """The unit of work an item belongs to: its file, or `course_model` for notebooks 11-13."""
+    path = nodeid.split("::", 1)[0]
+    return COURSE_MODEL if path in COURSE_MODEL_NOTEBOOKS else path
+
+
+def pytest_collection_modifyitems(config, items):
+    """Slow units first, each unit's items together and in their own order (a stable sort)."""
+    def rank(item):
+        unit = work_unit(item.nodeid)
+        return SLOW_FIRST.index(unit) if unit in SLOW_FIRST else len(SLOW_FIRST)
+    items.sort(key=rank)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile`, with notebooks 11-13 as one unit and the units in collection order."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class NotebookFileScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    config.option.loadscopereorder = False   # xdist would hand out the units with most items first
+    return NotebookFileScheduling(config, log)
