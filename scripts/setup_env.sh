@@ -6,9 +6,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/python ] || python3 -m venv .venv
-# shellcheck disable=SC2086
-.venv/bin/python -m pip install -q --disable-pip-version-check ${TORCH_SPEC:-torch==2.13.0}
-.venv/bin/python -m pip install -q --disable-pip-version-check -r requirements-dev.txt -e .
+# pip runs only when what it installs from changed since the last time it ran (a stamp in .venv/);
+# delete .venv/setup_env.stamp to make it run again.
+stamp=$(cat requirements.txt requirements-dev.txt pyproject.toml <(echo "${TORCH_SPEC:-}") | sha256sum)
+if [ "$(cat .venv/setup_env.stamp 2>/dev/null)" != "$stamp" ]; then
+    # shellcheck disable=SC2086
+    .venv/bin/python -m pip install -q --disable-pip-version-check ${TORCH_SPEC:-torch==2.13.0}
+    .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements-dev.txt -e .
+    echo "$stamp" > .venv/setup_env.stamp
+fi
 # The course website (scripts/build_site.sh) and its browser test (tests/test_site.py) need
 # MathJax from npm (docs/package-lock.json) and a Chromium: Debian's `chromium` is installed here
 # when running as root; elsewhere set CHROMIUM_PATH to a Chromium or Chrome binary.
