@@ -72,6 +72,25 @@ def test_ladder_smoke_run_on_the_cpu(tmp_path):
     assert printed == LADDER
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_ladder_smoke_run_on_cuda(tmp_path):
+    """Every row runs on a GPU, compiled and CUDA-graphed ones included, and dropping the host syncs shows."""
+    out = tmp_path / "ladder.json"
+    command = [sys.executable, str(SCRIPT), "--ladder", "--device", "cuda", "--model", "tiny",
+               "--data-dir", str(_data_dir()), "--repeats", "1", "--warmup", "2", "--real-batches", "2",
+               "--max-tokens", "256", "--larger-batch", "2", "--matmul-size", "1024", "--json", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {row["row"]: row for row in json.loads(out.read_text())["rows"]}
+    assert list(rows) == LADDER
+    assert {name: row.get("reason") for name, row in rows.items() if row["status"] != "ran"} == {}
+    mixed = "bf16" if torch.cuda.get_device_capability() >= (8, 0) else "fp16"
+    assert [row["amp"] for row in rows.values()] == ["float32"] + [mixed] * 6
+    assert all(RAN_KEYS <= set(row) and isinstance(row["syncs_per_step"], int) for row in rows.values())
+    assert rows["float32"]["syncs_per_step"] > 0                 # .item(), the token counts
+    assert rows["no host syncs"]["syncs_per_step"] < rows["mixed precision"]["syncs_per_step"]
+
+
 @pytest.mark.parametrize("args, message", [
     (["--device", "gpu"], "--device 'gpu' is not a device"),
     (["--ladder", "--larger-batch", "0"], "--larger-batch must be a positive int, got 0"),

@@ -11,13 +11,16 @@ import pytest
 import torch
 from torch import nn
 
+from tests.reference_weights import DEVICE
 from transformer_lib.data import multi30k_dir
+from transformer_lib.device import pick_amp
 from transformer_lib.multihead import MultiHeadAttention
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def test_benchmark_smoke_run(tmp_path):
+@DEVICE
+def test_benchmark_smoke_run(tmp_path, device):
     data_dir = multi30k_dir() or REPO.parent / "shared" / "data" / "multi30k"
     if not data_dir.is_dir():
         pytest.skip("Multi30k is not available here (set MULTI30K_DIR)")
@@ -25,7 +28,7 @@ def test_benchmark_smoke_run(tmp_path):
     command = [sys.executable, str(REPO / "scripts" / "benchmark_multi30k.py"), "--data-dir", str(data_dir),
                "--out", str(out), "--weights-dir", str(tmp_path / "runs"), "--max-steps", "4", "--budget", "10m",
                "--average-every", "2", "--ours-average", "2", "--ours-cooldown", "0.5", "--test-limit", "3", "--log-every", "2", "--validate-every", "4", "--d-model", "32",
-               "--d-ff", "64", "--layers", "1", "--vocab-size", "1000", "--threads", "1", "--no-progress", "--device", "cpu"]
+               "--d-ff", "64", "--layers", "1", "--vocab-size", "1000", "--threads", "1", "--no-progress", "--device", device]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     metrics = json.loads((out / "metrics.json").read_text())
@@ -35,8 +38,11 @@ def test_benchmark_smoke_run(tmp_path):
     assert ours["recipe"]["kept"] in ("last_weights", "averaged_weights") and peer["recipe"]["cooldown"] == 0
     assert ours["history"][-1]["lr"] == 0.0       # the cooldown ends the schedule at 0 (max-steps 4, cooldown 0.5)
     assert [h["step"] for h in ours["history"] if "valid_loss" in h] == [4]
-    # --ours-amp auto: bf16 only if a few timed steps on this machine say it is faster
-    assert ours["recipe"]["amp"] in ("bf16", None) and set(ours["recipe"]["amp_probe_seconds"]) == {"float32", "bf16"}
+    if device == "cpu":   # --ours-amp auto: bf16 only if a few timed steps on this machine say it is faster
+        assert ours["recipe"]["amp"] in ("bf16", None) and set(ours["recipe"]["amp_probe_seconds"]) == {"float32", "bf16"}
+    else:                 # on a GPU, what it has: bf16 on capability >= 8.0, fp16 below
+        assert ours["recipe"]["amp"] == pick_amp(device) and "amp_probe_seconds" not in ours["recipe"]
+        assert ours["hardware"]["gpu"] == torch.cuda.get_device_name() and ours["hardware"]["cuda"] == torch.version.cuda
     assert set(ours["valid_greedy"]) == {"last_weights", "averaged_weights"} and set(peer["valid_greedy"]) == {
         "last_weights"}
     for result in (ours, peer):
@@ -44,7 +50,7 @@ def test_benchmark_smoke_run(tmp_path):
     assert len((out / "hypotheses_peer_test_2017_beam4.txt").read_text().splitlines()) == 3
     for name in ("curves.png", "attention.png", "samples.md", "tokenizer.json"):
         assert (out / name).is_file(), name
-    assert ours["hardware"]["device"] == "cpu" and ours["config"]["device"] == "cpu"
+    assert ours["hardware"]["device"] == device and ours["config"]["device"] == device
     assert peer["recipe"]["amp"] is None                  # --peer-amp none: the peer's float32 recipe
 
 
