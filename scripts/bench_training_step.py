@@ -228,13 +228,14 @@ def ladder_step(model: nn.Module, settings: dict, device: torch.device, pad_id: 
             torch.compiler.cudagraph_mark_step_begin()
         with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
             if settings["syncs"]:
-                loss, _ = translation_loss(model, batch, criterion)    # its token counts wait for the device
+                loss, stats = translation_loss(model, batch, criterion)
+                stats = {name: int(value) for name, value in stats.items()}   # read on the host: waits
             else:
                 logits = model(batch.src, batch.tgt_in, batch.src_key_padding_mask, batch.tgt_key_padding_mask)
                 loss = criterion(logits.reshape(-1, logits.size(-1)), batch.tgt_out.reshape(-1))  # (B·T, V)
                 real = batch.tgt_out != batch.pad_id                                               # (B, T)
-                counts["tokens"] = counts["tokens"] + real.sum()
-                counts["correct"] = counts["correct"] + ((logits.detach().max(-1).indices == batch.tgt_out) & real).sum()
+                correct = (logits.detach().max(-1).indices == batch.tgt_out) & real               # (B, T)
+                counts["tokens"], counts["correct"] = counts["tokens"] + real.sum(), counts["correct"] + correct.sum()
         optimizer.zero_grad(set_to_none=True)
         (scaler.scale(loss) if scaler else loss).backward()
         if scaler:

@@ -44,7 +44,8 @@ def test_ladder_smoke_run_on_the_cpu(tmp_path):
     out = tmp_path / "ladder.json"
     command = [sys.executable, str(SCRIPT), "--ladder", "--device", "cpu", "--model", "tiny", "--no-compile",
                "--data-dir", str(_data_dir()), "--repeats", "1", "--warmup", "1", "--real-batches", "2",
-               "--max-tokens", "128", "--larger-batch", "2", "--matmul-size", "128", "--threads", "1", "--json", str(out)]
+               "--max-tokens", "128", "--larger-batch", "2", "--matmul-size", "128", "--threads", "1",
+               "--json", str(out)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())
@@ -56,7 +57,7 @@ def test_ladder_smoke_run_on_the_cpu(tmp_path):
     # Rows that cannot run on a CPU, or were left out, are reported as skipped with the reason.
     assert rows["CUDA graphs"] == {"row": "CUDA graphs", "change": {"compile": "reduce-overhead", "static": True},
                                    "amp": "bf16", "status": "skipped", "reason": "CUDA graphs need a CUDA device"}
-    assert rows["torch.compile"]["status"] == "skipped" and rows["torch.compile"]["reason"] == "left out by --no-compile"
+    assert (rows["torch.compile"]["status"], rows["torch.compile"]["reason"]) == ("skipped", "left out by --no-compile")
     ran = [row for row in report["rows"] if row["status"] == "ran"]
     assert [row["row"] for row in ran] == ["float32", "mixed precision", "no host syncs", "fused Adam", "larger batch"]
     peak = max(report["matmul_peak_tflops"].values())
@@ -116,7 +117,8 @@ def test_static_shape_padding_changes_no_loss():
     config = TransformerConfig(50, 50, 16, 2, 32, 1, 1, 0.0, norm_first=True, pad_id=0)
     batch = script.synthetic_batches(config, B=4, S=6, T=5)[0]
     padded = script.pad_to_shape(batch, B=7, S=9, T=8)
-    assert padded.src.shape == (7, 9) and padded.tgt_in.shape == (7, 8) and padded.n_target_tokens == batch.n_target_tokens
+    assert padded.src.shape == (7, 9) and padded.tgt_in.shape == (7, 8)
+    assert padded.n_target_tokens == batch.n_target_tokens
     assert padded.src_key_padding_mask[4:].all() and padded.tgt_key_padding_mask[:, 5:].all()
     torch.manual_seed(0)
     model = build_transformer(config).eval()
@@ -130,8 +132,9 @@ def test_static_shape_padding_changes_no_loss():
 def test_ladder_rows_skip_what_the_device_lacks():
     script = _script()
     cpu, start = torch.device("cpu"), dict(script.START)
-    assert script.why_not({**start, "amp": None}, {"amp": "auto"}, torch.device("mps"), False) == "no mixed precision on mps"
-    assert script.why_not(start, {"compile": "reduce-overhead", "static": True}, cpu, False) == "CUDA graphs need a CUDA device"
+    mps, graphs = torch.device("mps"), {"compile": "reduce-overhead", "static": True}
+    assert script.why_not({**start, "amp": None}, {"amp": "auto"}, mps, False) == "no mixed precision on mps"
+    assert script.why_not(start, graphs, cpu, False) == "CUDA graphs need a CUDA device"
     assert script.why_not(start, {"compile": "default"}, cpu, True) == "left out by --no-compile"
     assert script.why_not(start, {"compile": "default"}, cpu, False) is None
     assert script.why_not(start, {"fused": True}, cpu, False) is None        # fused Adam runs on a CPU (torch >= 2.4)
