@@ -26,8 +26,8 @@ elif [ -n "${WHEELS_DIR:-}" ]; then
     compgen -G "$WHEELS_DIR/*.whl" >/dev/null || fail "WHEELS_DIR=$WHEELS_DIR holds no .whl files"
     PYTHON=python3
     rm -rf build/gpu-site
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --disable-pip-version-check \
-        --target build/gpu-site "$WHEELS_DIR"/*.whl || fail "installing the wheels of $WHEELS_DIR failed"
+    PIP_ROOT_USER_ACTION=ignore python3 -m pip install -q --disable-pip-version-check \
+        --no-index --no-deps --no-compile --no-cache-dir --target build/gpu-site "$WHEELS_DIR"/*.whl || fail "installing the wheels of $WHEELS_DIR failed"
     export PYTHONPATH="$ROOT/build/gpu-site:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
     SETUP="python3 with the wheels of $WHEELS_DIR"
 else

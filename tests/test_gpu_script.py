@@ -3,6 +3,7 @@ where torch has no CUDA; and, with torch told that a GPU is present (a sitecusto
 torch.cuda's answers), it runs both parts and writes results/gpu's summary with the right counts."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -53,6 +54,40 @@ def test_wheels_dir_without_wheels_is_refused(tmp_path):
     done = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, timeout=60, env={**os.environ, **env})
     assert done.returncode == 2
     assert done.stderr.strip() == f"test_gpu.sh: error: WHEELS_DIR={tmp_path} holds no .whl files"
+
+
+def _wheel(folder: Path) -> Path:
+    """A minimal pure-Python wheel (one empty package), enough for pip to install offline."""
+    import zipfile
+    path = folder / "gpu_check_probe-0.1-py3-none-any.whl"
+    info = "gpu_check_probe-0.1.dist-info"
+    files = {"gpu_check_probe/__init__.py": "",
+             f"{info}/METADATA": "Metadata-Version: 2.1\nName: gpu-check-probe\nVersion: 0.1\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    files[f"{info}/RECORD"] = "".join(f"{name},,\n" for name in [*files, f"{info}/RECORD"])
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, text in files.items():
+            archive.writestr(name, text)
+    return path
+
+
+def test_wheels_dir_installs_offline_then_checks_for_cuda(tmp_path):
+    """The lent GPU machine's setup: the system python3 plus the wheels of WHEELS_DIR, installed offline
+    into build/gpu-site. Here python3 has no CUDA torch (or none at all), so it then stops with one line."""
+    if subprocess.run(["python3", "-m", "pip", "--version"], capture_output=True).returncode:
+        pytest.skip("python3 here has no pip")
+    if subprocess.run(["python3", "-c", "import torch; assert torch.cuda.is_available()"],
+                      capture_output=True).returncode == 0:
+        pytest.skip("python3 here has CUDA")
+    _wheel(tmp_path)
+    env = {**os.environ, "PYTHON": "", "WHEELS_DIR": str(tmp_path), "GPU_RESULTS_DIR": str(tmp_path / "gpu")}
+    done = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 2
+    lines = (done.stdout + done.stderr).splitlines()
+    assert len(lines) == 1 and lines[0].startswith("test_gpu.sh: error: "), lines
+    assert (REPO / "build" / "gpu-site" / "gpu_check_probe" / "__init__.py").is_file()   # the wheel went in
+    assert not (tmp_path / "gpu").exists()
+    shutil.rmtree(REPO / "build" / "gpu-site")
 
 
 def fake_gpu_run(tmp_path, *pytest_args):
