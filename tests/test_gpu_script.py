@@ -71,7 +71,7 @@ def _wheel(folder: Path) -> Path:
     return path
 
 
-def test_wheels_dir_installs_offline_then_checks_for_cuda(tmp_path):
+def test_wheels_dir_installs_offline_then_checks_the_device(tmp_path):
     """The lent GPU machine's setup: the system python3 plus the wheels of WHEELS_DIR, installed offline
     into build/gpu-site. Here python3 has no CUDA torch (or none at all), so it then stops with one line."""
     if subprocess.run(["python3", "-m", "pip", "--version"], capture_output=True).returncode:
