@@ -293,6 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main() -> None:
     args = build_parser().parse_args()
     _check_device(args.device)
+    if torch.device(args.device).type != "cuda" and "fp16" in (args.ours_amp, args.peer_amp):
+        _refuse(f"fp16 autocast (with its GradScaler) needs a CUDA device, not --device {args.device}; use bf16 or none")
     if args.summarize:
         print(json.dumps(summarize(RESULTS), indent=1))
         return

@@ -57,11 +57,12 @@ def test_benchmark_smoke_run(tmp_path, device):
 
 @pytest.mark.parametrize("device, message", [
     ("gpu", "--device 'gpu' is not a device; use cpu, cuda, cuda:N or mps"),
+    ("cpu --ours-amp fp16", "fp16 autocast (with its GradScaler) needs a CUDA device, not --device cpu"),
     pytest.param("cuda", "--device cuda: no CUDA device is visible here", marks=pytest.mark.skipif(
         torch.cuda.is_available(), reason="needs a machine without CUDA")),
 ])
 def test_benchmark_refuses_a_device_it_cannot_use(tmp_path, device, message):
-    command = [sys.executable, str(REPO / "scripts" / "benchmark_multi30k.py"), "--device", device,
+    command = [sys.executable, str(REPO / "scripts" / "benchmark_multi30k.py"), "--device", *device.split(),
                "--out", str(tmp_path / "out"), "--data-dir", str(tmp_path)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
