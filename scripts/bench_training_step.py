@@ -31,8 +31,8 @@ at the same thread count and dtype: what this CPU's math library reaches at best
 `--device cuda` runs the same on a GPU. `--ladder` instead climbs the speed ladder of one model
 (`--model base`, the paper's 48M-parameter base model with the shared 8k vocabulary, by default) on
 one device, each row adding one change to the last row that ran: float32 -> mixed precision (bf16;
-fp16 with a GradScaler on GPUs below capability 8.0) -> no host syncs -> fused Adam ->
-torch.compile -> CUDA graphs (static shapes) -> a larger batch. Each row gives tokens/s, step time,
+fp16 with a GradScaler on GPUs below capability 8.0; skipped on CPUs without bf16 instructions) ->
+no host syncs -> fused Adam -> torch.compile -> CUDA graphs (static shapes) -> a larger batch. Each row gives tokens/s, step time,
 achieved TFLOP/s and its share of the device's peak (the best large-matmul FLOP/s measured on the
 same device, float32 or the mixed dtype); a row that cannot run there is reported as skipped, with
 the reason. `--json PATH` also writes the rows. See `ladder` below for what each change is.
@@ -59,7 +59,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from peer_transformer import PeerTransformer  # noqa: E402
 from transformer_lib.data import Batch, TranslationData, load_pairs  # noqa: E402
-from transformer_lib.device import pick_amp  # noqa: E402
+from transformer_lib.device import cpu_has_native_bf16, pick_amp  # noqa: E402
 from transformer_lib.model import (TransformerConfig, build_transformer, set_inner_dropout,  # noqa: E402
                                    transformer_flops)
 from transformer_lib.tokenization import SubwordTokenizer  # noqa: E402
@@ -294,7 +294,7 @@ def ladder_batches(args, config, data: dict, factor: int, static: bool, pinned: 
 def why_not(settings: dict, change: dict, device: torch.device, no_compile: bool) -> str | None:
     """Why the row that makes `change` cannot run on `device` (None if it can)."""
     if change.get("amp") and settings["amp"] is None:
-        return f"no mixed precision on {device.type}"
+        return f"no mixed precision on {device.type}" + (" (no bf16 instructions)" if device.type == "cpu" else "")
     if change.get("fused"):
         try:
             torch.optim.Adam([nn.Parameter(torch.zeros(1, device=device))], fused=True)
@@ -327,7 +327,9 @@ def ladder(args, device: torch.device, tokenizer) -> dict:
     vocab, pad_id = tokenizer.vocab_size, tokenizer.pad_id
     d_model, heads, d_ff, layers = MODELS[args.model]
     config = TransformerConfig(vocab, vocab, d_model, heads, d_ff, layers, layers, 0.1, norm_first=True, pad_id=pad_id)
-    mixed = pick_amp(device) if device.type == "cuda" else ("bf16" if device.type == "cpu" else None)
+    # The mixed precision the hardware has: never bf16 by emulation (a CPU without bf16 instructions).
+    mixed = pick_amp(device) if device.type == "cuda" else \
+        ("bf16" if device.type == "cpu" and cpu_has_native_bf16() else None)
     peaks = {"float32": matmul_peak(torch.float32, args.matmul_size, device=device)}
     if mixed:
         peaks[mixed] = matmul_peak({"bf16": torch.bfloat16, "fp16": torch.float16}[mixed], args.matmul_size,
