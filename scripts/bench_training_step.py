@@ -32,10 +32,11 @@ at the same thread count and dtype: what this CPU's math library reaches at best
 (`--model base`, the paper's 48M-parameter base model with the shared 8k vocabulary, by default) on
 one device, each row adding one change to the last row that ran: float32 -> mixed precision (bf16;
 fp16 with a GradScaler on GPUs below capability 8.0; skipped on CPUs without bf16 instructions) ->
-no host syncs -> fused Adam -> torch.compile -> CUDA graphs (static shapes) -> a larger batch. Each row gives tokens/s, step time,
-achieved TFLOP/s and its share of the device's peak (the best large-matmul FLOP/s measured on the
-same device, float32 or the mixed dtype); a row that cannot run there is reported as skipped, with
-the reason. `--json PATH` also writes the rows. See `ladder` below for what each change is.
+no host syncs -> fused Adam -> torch.compile -> CUDA graphs (static shapes) -> a larger batch.
+Each row gives tokens/s, step time, achieved TFLOP/s and its share of the device's peak (the best
+large-matmul FLOP/s measured on the same device, float32 or the mixed dtype), and on CUDA the host
+syncs a step makes; a row that cannot run there is reported as skipped, with the reason.
+`--json PATH` also writes the rows. `ladder_step` says what each change is.
 """
 import argparse
 import copy
