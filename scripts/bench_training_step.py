@@ -365,9 +365,10 @@ def ladder(args, device: torch.device, tokenizer) -> dict:
                 row.update(run_row(args, config, weights, trial, device, data, peak))
                 settings = trial
             except Exception as error:      # an out-of-memory or a compiler error: say so, go on without it
-                reason = f"failed: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+                row["status"] = "failed"
+                reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
         if reason:
-            row.update(status="skipped", reason=reason)
+            row.update(status=row.get("status", "skipped"), reason=reason)
         elif base_tokens_per_s is None:
             base_tokens_per_s = row["tokens_per_s"]
         if "tokens_per_s" in row and base_tokens_per_s:
@@ -416,7 +417,7 @@ def print_row(row: dict, first: bool) -> None:
         print("| row | precision | target tok/s | ms / step | TFLOP/s | % of peak | × first row | syncs / step |")
         print("|---|---|---|---|---|---|---|---|")
     if row["status"] != "ran":
-        print(f"| {row['row']} | {row['amp']} | skipped: {row['reason']} | | | | | |", flush=True)
+        print(f"| {row['row']} | {row['amp']} | {row['status']}: {row['reason']} | | | | | |", flush=True)
         return
     syncs = "" if row["syncs_per_step"] is None else row["syncs_per_step"]
     print(f"| {row['row']} | {row['amp']} | {row['tokens_per_s']:,.0f} | {row['step_ms']:.1f} | {row['tflops']:.3f} "

@@ -2,10 +2,12 @@
 the synthetic batch and on a real Multi30k batch, with the committed benchmark's tokenizer; and its
 speed ladder (--ladder) runs on the CPU with a tiny model, reporting every row, those that cannot
 run here as skipped with the reason. The README's speed table comes from full runs of the same command."""
+import argparse
 import importlib.util
 import json
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -148,3 +150,35 @@ def test_ladder_rows_skip_what_the_device_lacks():
     assert script.why_not(start, {"compile": "default"}, cpu, True) == "left out by --no-compile"
     assert script.why_not(start, {"compile": "default"}, cpu, False) is None
     assert script.why_not(start, {"fused": True}, cpu, False) is None        # fused Adam runs on a CPU (torch >= 2.4)
+
+
+def test_ladder_builds_on_the_last_row_that_ran(monkeypatch):
+    """Each row adds its change to the last row that ran; a row that fails is reported, not carried on."""
+    script, tried = _script(), []
+
+    def fake_run_row(args, config, weights, settings, device, data, peak):
+        tried.append(dict(settings))
+        if settings["fused"]:
+            raise RuntimeError("CUDA out of memory.\nTried to allocate ...")
+        return {"status": "ran", "tokens_per_s": 100.0 * len(tried), "step_ms": 1.0, "tflops": 0.1,
+                "share_of_peak": 0.5, "syncs_per_step": None}
+
+    def no_data(*args, **kwargs):
+        raise FileNotFoundError("no Multi30k here")
+
+    monkeypatch.setattr(script, "run_row", fake_run_row)
+    monkeypatch.setattr(script, "load_pairs", no_data)
+    monkeypatch.setattr(script, "cpu_has_native_bf16", lambda: True)
+    args = argparse.Namespace(model="tiny", matmul_size=64, data_dir="none", max_tokens=128, repeats=1, warmup=1,
+                              larger_batch=3, no_compile=False, real_batches=2)
+    report = script.ladder(args, torch.device("cpu"), types.SimpleNamespace(vocab_size=50, pad_id=0))
+    rows = {row["row"]: row for row in report["rows"]}
+    assert {name: row["status"] for name, row in rows.items()} == {
+        "float32": "ran", "mixed precision": "ran", "no host syncs": "ran", "fused Adam": "failed",
+        "torch.compile": "ran", "CUDA graphs": "skipped", "larger batch": "ran"}
+    assert rows["fused Adam"]["reason"] == "RuntimeError: CUDA out of memory."
+    assert report["data"] == "synthetic"
+    assert [t["fused"] for t in tried] == [False, False, False, True, False, False]   # not carried past its failure
+    assert tried[-1] == {"amp": "bf16", "syncs": False, "fused": False, "compile": "default", "static": False,
+                         "batch_factor": 3}
+    assert rows["larger batch"]["speed_x_first_row"] == 6.0                    # 600 / 100 tokens/s
