@@ -14,6 +14,8 @@ import torch
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "test_gpu.sh"
+# The script is for Linux GPU machines: it needs bash 4 (mapfile) and GNU date; macOS has bash 3.2.
+LINUX = pytest.mark.skipif(sys.platform != "linux", reason="scripts/test_gpu.sh runs on Linux")
 
 FAKE_GPU = textwrap.dedent("""\
     # Makes this Python believe it has one CUDA device: the answers scripts/test_gpu.sh reads.
@@ -33,11 +35,13 @@ def run_script(*args, env=None, timeout=300) -> subprocess.CompletedProcess:
                           env={**os.environ, "PYTHON": sys.executable, **(env or {})})
 
 
+@LINUX
 def test_the_script_parses():
     done = subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
 
 
+@LINUX
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_without_cuda_one_line_and_exit_code_2(tmp_path):
     done = run_script(env={"GPU_RESULTS_DIR": str(tmp_path / "gpu")}, timeout=60)
@@ -49,6 +53,7 @@ def test_without_cuda_one_line_and_exit_code_2(tmp_path):
     assert not (tmp_path / "gpu").exists()                  # nothing ran, so no summary
 
 
+@LINUX
 def test_wheels_dir_without_wheels_is_refused(tmp_path):
     env = {"PYTHON": "", "WHEELS_DIR": str(tmp_path)}
     done = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, timeout=60, env={**os.environ, **env})
@@ -71,6 +76,7 @@ def _wheel(folder: Path) -> Path:
     return path
 
 
+@LINUX
 def test_wheels_dir_installs_offline_then_checks_the_device(tmp_path):
     """The lent GPU machine's setup: the system python3 plus the wheels of WHEELS_DIR, installed offline
     into build/gpu-site. Here python3 has no CUDA torch (or none at all), so it then stops with one line."""
@@ -99,6 +105,7 @@ def fake_gpu_run(tmp_path, *pytest_args):
     return done, json.loads(summary.read_text()) if summary.is_file() else None
 
 
+@LINUX
 def test_summary_with_a_faked_gpu(tmp_path):
     # -k narrows both runs: no notebook cell, and the 8 CUDA-capability cases of tests/test_amp.py.
     done, summary = fake_gpu_run(tmp_path, "-k", "test_cuda_choice_follows_the_compute_capability")
@@ -117,6 +124,7 @@ def test_summary_with_a_faked_gpu(tmp_path):
     assert sorted(p.name for p in (tmp_path / "gpu").iterdir()) == ["summary.json", "summary.md"]   # no temp files
 
 
+@LINUX
 def test_a_run_where_nothing_passed_fails(tmp_path):
     done, summary = fake_gpu_run(tmp_path, "-k", "no_test_has_this_name")
     assert done.returncode == 1
