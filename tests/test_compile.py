@@ -90,3 +90,74 @@ def test_cli_compile_trains_and_translates_like_eager(tmp_path, capsys):
         assert main(["translate", "--run", str(tmp_path / "eager"), "--device", "cpu", *extra, *sentences]) == 0
         outputs[name] = capsys.readouterr().out
     assert outputs["compiled"] == outputs["eager"] and outputs["eager"].count("\n") == 2
+
+
+# --- pad_to_multiple: a compiled model sees few shapes (issue 17) -------------------------------------
+
+VOCAB, MAX_LEN = 120, 32
+
+
+def padded_epochs(multiple: int, n_pairs: int = 300, max_tokens: int = 1024):
+    """One epoch of TranslationData batches over the built-in corpus's first `n_pairs`."""
+    from transformer_lib.data import TranslationData, load_pairs
+    from transformer_lib.tokenization import train_bpe_tokenizer
+    pairs = load_pairs("builtin", "train", limit=n_pairs)
+    tokenizer = train_bpe_tokenizer([text for pair in pairs for text in pair], vocab_size=VOCAB)
+    data = TranslationData(pairs, tokenizer, max_tokens=max_tokens, max_len=MAX_LEN, pad_to_multiple=multiple)
+    return data.batches(), tokenizer
+
+
+def count_graphs(batches, pad_id: int, dynamic: bool, backend: str = "inductor", stop_above: int | None = None):
+    """Train a fresh tiny compiled model on `batches`; the number of graphs dynamo compiled after each step."""
+    from torch._dynamo.utils import counters
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(0)
+    model = Transformer(VOCAB, VOCAB, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1,
+                        dropout=0.0, max_len=MAX_LEN)
+    model.compile(dynamic=dynamic, backend=backend)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    graphs = []
+    with torch._dynamo.config.patch(recompile_limit=1000):      # count them all, never fall back to eager
+        for batch in batches:
+            logits = model(batch.src, batch.tgt_in, batch.src_key_padding_mask, batch.tgt_key_padding_mask)
+            loss = F.cross_entropy(logits.reshape(-1, VOCAB), batch.tgt_out.reshape(-1), ignore_index=pad_id)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            graphs.append(counters["stats"]["unique_graphs"])
+            if stop_above is not None and graphs[-1] > stop_above:
+                break
+    torch._dynamo.reset()
+    return graphs
+
+
+def shapes(batches) -> set:
+    return {(tuple(b.src.shape), tuple(b.tgt_in.shape)) for b in batches}
+
+
+def test_pad_to_multiple_bounds_the_graphs_of_a_static_compile():
+    """dynamic=False compiles one set of graphs per batch shape: padding S and T to a multiple of 8 (and the
+    budget counting the padded lengths, which bounds B too) gives few shapes and so few graphs. The count is
+    dynamo's, the same for every backend, so the fast "eager" backend stands in for inductor here."""
+    padded, tokenizer = padded_epochs(8)
+    assert all(b.src.size(1) % 8 == 0 and b.tgt_in.size(1) % 8 == 0 for b in padded)
+    graphs = count_graphs(padded, tokenizer.pad_id, dynamic=False, backend="eager")
+    per_shape = graphs[0]                              # graph breaks make a forward more than one graph
+    assert graphs[-1] <= per_shape * len(shapes(padded)), (graphs, len(shapes(padded)))
+    plain, _ = padded_epochs(1)
+    assert len(shapes(plain)) > len(shapes(padded))
+    # Without padding the same examples recompile for nearly every batch: stop once it has passed the padded count.
+    unpadded = count_graphs(plain, tokenizer.pad_id, dynamic=False, backend="eager", stop_above=graphs[-1])
+    assert unpadded[-1] > graphs[-1], (unpadded, graphs)
+
+
+def test_pad_to_multiple_with_dynamic_shapes_compiles_a_bounded_number_of_graphs():
+    """`train --compile` compiles with dynamic=True: padded batches of every shape are served by one set of
+    graphs (dynamo may add a few while it learns which sizes vary), never one set per shape. As above the
+    "eager" backend stands in for inductor (both gave 12 graphs on these batches with torch 2.13); the
+    tests above check inductor's dynamic graphs against eager PyTorch."""
+    padded, tokenizer = padded_epochs(8)
+    graphs = count_graphs(padded, tokenizer.pad_id, dynamic=True, backend="eager")
+    assert len(shapes(padded)) >= 3, "the test needs batches of several shapes"
+    assert graphs[-1] <= 2 * graphs[0] < graphs[0] * len(shapes(padded)), (graphs, len(shapes(padded)))

@@ -322,6 +322,38 @@ def test_batch_bad_examples(examples, message):
         Batch.from_examples(examples, PAD)
 
 
+@pytest.mark.parametrize("multiple", [1, 2, 8])
+def test_batch_pad_to_multiple_pads_with_pad_and_keeps_the_masks(multiple):
+    examples = [([1, 10, 11, 2], [1, 20, 21, 22, 2]), ([1, 12, 2], [1, 23, 2])]
+    plain, padded = Batch.from_examples(examples, PAD), Batch.from_examples(examples, PAD, pad_to_multiple=multiple)
+    S, T = plain.src.size(1), plain.tgt_in.size(1)                 # 4 and 4
+    assert padded.src.size(1) == -(-S // multiple) * multiple and padded.tgt_in.size(1) == -(-T // multiple) * multiple
+    torch.testing.assert_close(padded.src[:, :S], plain.src)
+    torch.testing.assert_close(padded.tgt_out[:, :T], plain.tgt_out)
+    torch.testing.assert_close(padded.tgt_in[:, :T], plain.tgt_in)
+    assert (padded.src[:, S:] == PAD).all() and (padded.tgt_out[:, T:] == PAD).all()
+    # Beyond T, tgt_in reads at most the longest target's </s> (as shorter rows always did), then <pad>.
+    assert set(padded.tgt_in[:, T:].unique().tolist()) <= {PAD, 2}
+    torch.testing.assert_close(padded.src_key_padding_mask, padded.src == PAD)
+    torch.testing.assert_close(padded.tgt_key_padding_mask, padded.tgt_in == PAD)
+    assert padded.n_target_tokens == plain.n_target_tokens == 6
+
+
+def test_pad_sequences_to_a_length():
+    torch.testing.assert_close(pad_sequences([[5, 6], [7]], PAD, length=4), torch.tensor([[5, 6, 0, 0], [7, 0, 0, 0]]))
+    with pytest.raises(ValueError, match=r"length must be None or an int >= the longest sequence \(2\), got 1"):
+        pad_sequences([[5, 6], [7]], PAD, length=1)
+
+
+@pytest.mark.parametrize("bad", [0, -8, 2.0, True, "8", None])
+def test_pad_to_multiple_must_be_a_positive_int(bad, tokenizer_and_pairs):
+    with pytest.raises(ValueError, match="pad_to_multiple must be a positive int"):
+        Batch.from_examples([([1, 2], [1, 2])], PAD, pad_to_multiple=bad)
+    tokenizer, pairs = tokenizer_and_pairs
+    with pytest.raises(ValueError, match="pad_to_multiple must be a positive int"):
+        TranslationData(pairs[:5], tokenizer, pad_to_multiple=bad)
+
+
 # --- TranslationData -----------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -345,6 +377,36 @@ def test_translation_data_batches(tokenizer_and_pairs):
     assert sum(b.n_target_tokens for b in epoch0) == sum(len(tokenizer.encode(t)) - 1 for _, t in pairs)
     first = epoch0[0]
     assert (first.tgt_in[:, 0] == tokenizer.bos_id).all()
+
+
+def test_translation_data_pad_to_multiple(tokenizer_and_pairs):
+    """Every batch is padded to multiples of 8, max_tokens counts the padded lengths, the examples and their
+    real target tokens are those of the unpadded batching, and the default keeps today's batches."""
+    tokenizer, pairs = tokenizer_and_pairs
+    plain, padded = (TranslationData(pairs, tokenizer, max_tokens=300, pad_to_multiple=m) for m in (1, 8))
+    assert plain.padded_lengths == plain.lengths == padded.lengths
+    epoch = padded.batches(0)
+    assert all(b.src.size(1) % 8 == 0 and b.tgt_in.size(1) % 8 == 0 for b in epoch)
+    assert max(b.src.numel() for b in epoch) <= 300
+    assert max(b.tgt_out.size(0) * (b.tgt_out.size(1) + 1) for b in epoch) <= 300
+    assert sum(b.src.size(0) for b in epoch) == len(pairs)
+    assert sum(b.n_target_tokens for b in epoch) == sum(b.n_target_tokens for b in plain.batches(0))
+    shapes = {m: {(b.src.shape, b.tgt_in.shape) for b in data.batches(0)} for m, data in ((1, plain), (8, padded))}
+    assert len(shapes[8]) < len(shapes[1])
+    default = TranslationData(pairs, tokenizer, max_tokens=300)
+    assert all(torch.equal(a.src, b.src) and torch.equal(a.tgt_in, b.tgt_in)
+               for a, b in zip(default.batches(3), plain.batches(3)))
+
+
+def test_translation_data_max_len_counts_the_padded_length(tokenizer_and_pairs):
+    """A pair that fits max_len but whose padded batch would not is dropped, so the model's positional table
+    always holds a batch (max_len=10, multiple 8: S <= 8 and T + 1 <= 10 are kept)."""
+    tokenizer, pairs = tokenizer_and_pairs
+    data = TranslationData(pairs, tokenizer, max_len=10, pad_to_multiple=8)
+    assert 0 < len(data) < len(TranslationData(pairs, tokenizer, max_len=10))
+    assert all(b.src.size(1) <= 10 and b.tgt_in.size(1) <= 10 for b in data.batches(0))
+    with pytest.raises(ValueError, match=r"once padded to a multiple of 8, more than max_tokens=12"):
+        TranslationData(pairs, tokenizer, max_tokens=12, pad_to_multiple=8)
 
 
 def test_translation_data_max_len_and_too_long(tokenizer_and_pairs):

@@ -183,23 +183,45 @@ def _load_from_hub(name: str, split: str, src_lang: str, tgt_lang: str) -> list[
     return pairs_from_hf_dataset(dataset, src_lang, tgt_lang)
 
 # %% ../notebooks/10_data_pipeline.ipynb #2324aff7
-def pad_sequences(sequences: list[list[int]], pad_id: int) -> Tensor:
-    """Right-pad lists of token ids to the length L of the longest, as one LongTensor.
+def _round_up(n: int, multiple: int) -> int:
+    """The smallest multiple of `multiple` that is >= n."""
+    return -(-n // multiple) * multiple
+
+
+def pad_sequences(sequences: list[list[int]], pad_id: int, length: int | None = None) -> Tensor:
+    """Right-pad lists of token ids to `length` (default: L, the length of the longest), as one LongTensor.
 
     Shape:
         output: (B, L) for B sequences.
     """
-    if len(sequences) == 0:
-        raise ValueError("pad_sequences needs at least one sequence")
-    longest = max(len(s) for s in sequences)
-    out = torch.full((len(sequences), longest), pad_id, dtype=torch.long)  # (B, L)
+    _check_sequences(sequences, length)
+    length = max(len(s) for s in sequences) if length is None else length
+    out = torch.full((len(sequences), length), pad_id, dtype=torch.long)  # (B, L)
     for i, s in enumerate(sequences):
         out[i, :len(s)] = torch.tensor(s, dtype=torch.long)
     return out
 
+# %% ../notebooks/10_data_pipeline.ipynb #2f7f0ce4
+def _check_sequences(sequences: list[list[int]], length: int | None) -> None:
+    """ValueError unless there is a sequence and `length`, if given, is an int that holds the longest."""
+    if len(sequences) == 0:
+        raise ValueError("pad_sequences needs at least one sequence")
+    longest = max(len(s) for s in sequences)
+    if length is not None and (isinstance(length, bool) or not isinstance(length, int) or length < longest):
+        raise ValueError(f"length must be None or an int >= the longest sequence ({longest}), got {length!r}")
 
-def _check_examples(examples: list[tuple[list[int], list[int]]]) -> None:
-    """ValueError unless there is an example and each has a source and a target of 2 ids or more."""
+
+def _check_multiple(pad_to_multiple: int) -> None:
+    """ValueError unless `pad_to_multiple` is a positive int."""
+    if isinstance(pad_to_multiple, bool) or not isinstance(pad_to_multiple, int) or pad_to_multiple < 1:
+        raise ValueError(f"pad_to_multiple must be a positive int (1 pads to the longest sentence; 8 gives a "
+                         f"compiled model few shapes), got {pad_to_multiple!r}")
+
+
+def _check_examples(examples: list[tuple[list[int], list[int]]], pad_to_multiple: int = 1) -> None:
+    """ValueError unless there is an example, each has a source and a target of 2 ids or more, and
+    `pad_to_multiple` is a positive int."""
+    _check_multiple(pad_to_multiple)
     if not examples:
         raise ValueError("a batch needs at least one example")
     for i, (src, tgt) in enumerate(examples):
@@ -227,12 +249,15 @@ class Batch:
     pad_id: int
 
     @classmethod
-    def from_examples(cls, examples: list[tuple[list[int], list[int]]], pad_id: int) -> "Batch":
-        """Pad (source ids, target ids) pairs; each target must be `<s> y1 .. yn </s>` (2 ids or more)."""
-        _check_examples(examples)
-        src = pad_sequences([s for s, _ in examples], pad_id)  # (B, S)
-        tgt = pad_sequences([t for _, t in examples], pad_id)  # (B, T + 1)
-        tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]              # (B, T) each: shifted by one position
+    def from_examples(cls, examples: list[tuple[list[int], list[int]]], pad_id: int, pad_to_multiple: int = 1) -> "Batch":
+        """Pad (source ids, target ids) pairs; each target must be `<s> y1 .. yn </s>` (2 ids or more).
+        S and T, the longest source and shifted target, are rounded up to a multiple of `pad_to_multiple`."""
+        _check_examples(examples, pad_to_multiple)
+        S = _round_up(max(len(s) for s, _ in examples), pad_to_multiple)
+        T = _round_up(max(len(t) for _, t in examples) - 1, pad_to_multiple)  # the shift makes T + 1 ids into T
+        src = pad_sequences([s for s, _ in examples], pad_id, S)      # (B, S)
+        tgt = pad_sequences([t for _, t in examples], pad_id, T + 1)  # (B, T + 1)
+        tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]                      # (B, T) each: shifted by one position
         return cls(src, tgt_in, tgt_out, src == pad_id, tgt_in == pad_id, pad_id)
 
     @property
@@ -246,14 +271,16 @@ class Batch:
         return Batch(*(t.to(device, non_blocking=True) for t in tensors), self.pad_id)
 
 # %% ../notebooks/10_data_pipeline.ipynb #1d870d84
-def _check_lengths(lengths: list[tuple[int, int]], max_tokens: int) -> None:
-    """ValueError unless `max_tokens` is a positive int and every example fits in a batch of its own."""
+def _check_lengths(lengths: list[tuple[int, int]], max_tokens: int, pad_to_multiple: int = 1) -> None:
+    """ValueError unless `max_tokens` is a positive int and every example fits in a batch of its own
+    (`lengths` already rounded up when batches are padded to a multiple, as `TranslationData` does)."""
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise ValueError(f"max_tokens must be a positive int, got {max_tokens!r}")
+    padded = f" once padded to a multiple of {pad_to_multiple}" if pad_to_multiple > 1 else ""
     for i, (s, t) in enumerate(lengths):
         if max(s, t) > max_tokens:
-            raise ValueError(f"example {i} has {s} source and {t} target tokens, more than max_tokens={max_tokens}; "
-                             "raise max_tokens or drop long examples (TranslationData's max_len)")
+            raise ValueError(f"example {i} has {s} source and {t} target tokens{padded}, more than "
+                             f"max_tokens={max_tokens}; raise max_tokens or drop long examples (TranslationData's max_len)")
 
 
 def _mean_length(lengths: list[tuple[int, int]]) -> int:
@@ -319,29 +346,54 @@ class TranslationData:
         pairs: (source, target) sentence pairs, e.g. from `load_pairs`.
         tokenizer: a `SubwordTokenizer` shared by source and target.
         max_tokens: the largest padded batch on either side (see `token_batches`).
-        max_len: drop pairs whose source or target has more tokens (with `<s>` and `</s>`) than this.
+        max_len: drop pairs whose source or target has more tokens (with `<s>` and `</s>`, and padded up to
+            `pad_to_multiple`) than this.
         unknown: "replace" maps characters the tokenizer never saw to `<unk>`; "error" raises.
+        pad_to_multiple: pad S and T of every batch up to a multiple of this (8 for `torch.compile`, §10);
+            `max_tokens` then counts the padded lengths.
     """
 
     def __init__(self, pairs: list[tuple[str, str]], tokenizer, max_tokens: int = 4096, max_len: int | None = None,
-                 unknown: str = "replace"):
-        if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 2):
-            raise ValueError(f"max_len must be None or an int >= 2 (<s> and </s>), got {max_len!r}")
+                 unknown: str = "replace", pad_to_multiple: int = 1):
+        _check_data_args(pairs, max_len, pad_to_multiple)
         self.tokenizer = tokenizer
         src_ids = tokenizer.encode_batch([s for s, _ in pairs], unknown=unknown)
         tgt_ids = tokenizer.encode_batch([t for _, t in pairs], unknown=unknown)
         examples = list(zip(src_ids, tgt_ids))
+        m = pad_to_multiple                          # a batch's S and T + 1, rounded up as Batch rounds them:
+        padded = [(_round_up(len(s), m), _round_up(len(t) - 1, m) + 1) for s, t in examples]
         if max_len is not None:                      # drop pairs the model's positional table can't hold
-            examples = [e for e in examples if max(len(e[0]), len(e[1])) <= max_len]
-        self.examples = examples
+            keep = [i for i, lengths in enumerate(padded) if max(lengths) <= max_len]
+            examples, padded = [examples[i] for i in keep], [padded[i] for i in keep]
+        self.examples, self.padded_lengths = examples, padded
         self.lengths = [(len(s), len(t)) for s, t in examples]
-        _check_lengths(self.lengths, max_tokens)     # fail now, not at the first batch of training
-        self.max_tokens = max_tokens
+        _check_lengths(padded, max_tokens, m)        # fail now, not at the first batch of training
+        self.max_tokens, self.pad_to_multiple = max_tokens, pad_to_multiple
 
     def __len__(self) -> int:
         return len(self.examples)
 
     def batches(self, epoch: int = 0, shuffle: bool = True, seed: int = 0) -> list[Batch]:
         """The batches of one epoch; the same epoch and seed give the same batches."""
-        groups = token_batches(self.lengths, self.max_tokens, shuffle=shuffle, seed=seed + epoch)
-        return [Batch.from_examples([self.examples[i] for i in group], self.tokenizer.pad_id) for group in groups]
+        groups = token_batches(self.padded_lengths, self.max_tokens, shuffle=shuffle, seed=seed + epoch)
+        return [Batch.from_examples([self.examples[i] for i in group], self.tokenizer.pad_id, self.pad_to_multiple)
+                for group in groups]
+
+# %% ../notebooks/10_data_pipeline.ipynb #3befd295
+def _check_data_args(pairs: list[tuple[str, str]], max_len: int | None, pad_to_multiple: int) -> None:
+    """TypeError or ValueError naming the first pair that is not two non-empty strings, or a bad argument."""
+    if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 2):
+        raise ValueError(f"max_len must be None or an int >= 2 (<s> and </s>), got {max_len!r}")
+    _check_multiple(pad_to_multiple)
+    if isinstance(pairs, (str, bytes)) or not hasattr(pairs, "__iter__"):
+        raise TypeError(f"pairs must be a list of (source, target) string pairs, got {type(pairs).__name__}")
+    for i, pair in enumerate(pairs):
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise TypeError(f"pair {i} is {pair!r}, not a (source, target) pair of strings")
+        for side, text in zip(("source", "target"), pair):
+            if not isinstance(text, str):
+                raise TypeError(f"pair {i} {tuple(pair)!r} has a {side} of type {type(text).__name__}, not str; "
+                                f"convert it to text or drop the pair")
+            if not text.strip():
+                raise ValueError(f"pair {i} {tuple(pair)!r} has an empty {side}; every pair needs a sentence on "
+                                 "both sides: fill it in or drop the pair")
