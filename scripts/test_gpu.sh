@@ -68,6 +68,16 @@ def pytest_collection_modifyitems(config, items):
 EOF
 mapfile -t UNIT_FILES < <(grep -l -i -E "cuda|reference_weights" tests/test_*.py)
 
+# On every core where pytest-xdist is installed, as scripts/test.sh does: each file (so each notebook's
+# kernel) on one worker, notebooks 11-13 together and in order (tests/conftest.py), one torch thread
+# a worker. Without xdist (the lent GPU machine's wheels), in this process. `-n 0` turns it off.
+NBVAL_XDIST=() UNIT_XDIST=()
+if "$PYTHON" -c "import xdist" 2>/dev/null; then
+    UNIT_XDIST=(-n auto --dist loadfile)
+    NBVAL_XDIST=("${UNIT_XDIST[@]}" -p tests.conftest)
+    export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+fi
+
 run_part() {   # name, then pytest arguments; records exit code and seconds
     local name=$1 start rc=0
     shift
@@ -76,8 +86,9 @@ run_part() {   # name, then pytest arguments; records exit code and seconds
     echo "$rc $(date +%s.%N) $start" >"$WORK/$name.status"
 }
 START_ALL=$(date +%s.%N)
-run_part nbval notebooks solutions --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg "$@"
-PYTHONPATH="$WORK${PYTHONPATH:+:$PYTHONPATH}" run_part unit "${UNIT_FILES[@]}" -p gpu_select "$@"
+run_part nbval notebooks solutions --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
+    "${NBVAL_XDIST[@]}" "$@"
+PYTHONPATH="$WORK${PYTHONPATH:+:$PYTHONPATH}" run_part unit "${UNIT_FILES[@]}" -p gpu_select "${UNIT_XDIST[@]}" "$@"
 
 SETUP="$SETUP" START_ALL="$START_ALL" WORK="$WORK" OUT="${GPU_RESULTS_DIR:-results/gpu}" "$PYTHON" - "$@" <<'EOF'
 """Summary of the two runs: results/gpu/summary.json and summary.md, each written atomically."""

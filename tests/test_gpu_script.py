@@ -1,6 +1,7 @@
 """scripts/test_gpu.sh, the one GPU check, tested without a GPU: it stops with one line and exit code 2
 where torch has no CUDA; and, with torch told that a GPU is present (a sitecustomize that fakes
 torch.cuda's answers), it runs both parts and writes results/gpu's summary with the right counts."""
+import importlib.util
 import json
 import os
 import shutil
@@ -98,6 +99,8 @@ def test_wheels_dir_installs_offline_then_checks_the_device(tmp_path):
 
 def fake_gpu_run(tmp_path, *pytest_args):
     pytest.importorskip("nbval")                       # the script's first run is nbval's
+    if importlib.util.find_spec("xdist"):              # in this process: workers on 2 cores take minutes here
+        pytest_args = ("-n", "0", *pytest_args)
     (tmp_path / "fake").mkdir()
     (tmp_path / "fake" / "sitecustomize.py").write_text(FAKE_GPU)
     pythonpath = os.pathsep.join(filter(None, [str(tmp_path / "fake"), os.environ.get("PYTHONPATH")]))
