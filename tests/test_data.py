@@ -55,6 +55,18 @@ def test_read_lines_crlf_bom_and_missing_final_newline(tmp_path):
     assert read_lines(path) == GERMAN
 
 
+@pytest.mark.parametrize("name", ["a.de", "a.de.gz"])
+def test_read_lines_lone_cr_line_endings(tmp_path, name):
+    """Old Mac files end lines with a lone \r: read as separate lines, as Python's universal newlines do,
+    also when mixed with \n and \r\n in one file."""
+    assert read_lines(write(tmp_path / name, "\r".join(GERMAN) + "\r")) == GERMAN
+    assert read_lines(write(tmp_path / ("mixed" + name), f"{GERMAN[0]}\r{GERMAN[1]}\r\n{GERMAN[2]}\n")) == GERMAN
+    with pytest.raises(ValueError, match=rf"{name}, line 2: empty line"):
+        read_lines(write(tmp_path / name, f"{GERMAN[0]}\r\r{GERMAN[1]}\r"))
+    pairs = read_parallel_files(write(tmp_path / "cr.de", "\r".join(GERMAN)), write(tmp_path / "lf.en", lines(ENGLISH)))
+    assert pairs == list(zip(GERMAN, ENGLISH))
+
+
 def test_read_parallel_files(tmp_path):
     pairs = read_parallel_files(write(tmp_path / "a.de.gz", lines(GERMAN)), write(tmp_path / "a.en", lines(ENGLISH)))
     assert pairs == list(zip(GERMAN, ENGLISH))
@@ -126,6 +138,36 @@ def test_pairs_from_hf_dataset_translation_column(hf_datasets):
     assert pairs_from_hf_dataset(dataset, "it", "en")[1] == ("it 1", ENGLISH[1])
     with pytest.raises(ValueError, match=r"row 0 of the 'translation' column has languages \['en', 'it'\]"):
         pairs_from_hf_dataset(dataset, "en", "de")
+
+
+@pytest.mark.parametrize("de, en, error, message", [
+    (["a", "b", None], ["x", "y", "z"], ValueError, r"row 2, field row\['de'\]: no text \(None\)"),
+    (["a", "", "c"], ["x", "y", "z"], ValueError, r"row 1, field row\['de'\]: an empty text"),
+    (["a", "b", "c"], ["x", "y", "  "], ValueError, r"row 2, field row\['en'\]: an empty text"),
+    ([1, 2, 3], ["x", "y", "z"], TypeError, r"row 0, field row\['de'\]: a value of type int \(1\), not a text"),
+])
+def test_pairs_from_hf_dataset_refuses_rows_without_text(hf_datasets, de, en, error, message):
+    dataset = hf_datasets.Dataset.from_dict({"de": de, "en": en})
+    with pytest.raises(error, match=message) as caught:
+        pairs_from_hf_dataset(dataset, "de", "en")
+    if error is ValueError:   # the fix it suggests works
+        assert "dataset.filter(" in str(caught.value)
+        keep = eval(str(caught.value).split("dataset = dataset.filter(", 1)[1][:-1])
+        assert pairs_from_hf_dataset(dataset.filter(keep), "de", "en") == [
+            (d, e) for d, e in zip(de, en) if (d or "").strip() and (e or "").strip()]
+
+
+@pytest.mark.parametrize("it, error, message", [
+    (None, ValueError, r"row 1, field row\['translation'\]\['it'\]: no text \(None\)"),
+    ("", ValueError, r"row 1, field row\['translation'\]\['it'\]: an empty text"),
+])
+def test_pairs_from_hf_dataset_translation_rows_without_text(hf_datasets, it, error, message):
+    rows = [{"en": "Hello.", "it": "Ciao."}, {"en": "Bye.", "it": it}]
+    with pytest.raises(error, match=message):
+        pairs_from_hf_dataset(hf_datasets.Dataset.from_dict({"translation": rows}), "en", "it")
+    numbers = hf_datasets.Dataset.from_dict({"translation": [{"en": "Hello.", "it": 5}]})
+    with pytest.raises(TypeError, match=r"row 0, field row\['translation'\]\['it'\]: a value of type int"):
+        pairs_from_hf_dataset(numbers, "en", "it")
 
 
 def test_pairs_from_hf_dataset_rejects_a_dataset_dict(hf_datasets):
@@ -407,6 +449,20 @@ def test_translation_data_max_len_counts_the_padded_length(tokenizer_and_pairs):
     assert all(b.src.size(1) <= 10 and b.tgt_in.size(1) <= 10 for b in data.batches(0))
     with pytest.raises(ValueError, match=r"once padded to a multiple of 8, more than max_tokens=12"):
         TranslationData(pairs, tokenizer, max_tokens=12, pad_to_multiple=8)
+
+
+@pytest.mark.parametrize("bad, error, message", [
+    (("a cat", ""), ValueError, r"pair 1 \('a cat', ''\) has an empty target"),
+    (("a cat", "   "), ValueError, r"pair 1 \('a cat', '   '\) has an empty target"),
+    (("", "regino"), ValueError, r"pair 1 \('', 'regino'\) has an empty source"),
+    (("a cat", None), TypeError, r"pair 1 \('a cat', None\) has a target of type NoneType"),
+    ((3, "regino"), TypeError, r"pair 1 \(3, 'regino'\) has a source of type int"),
+    (("a cat",), TypeError, r"pair 1 is \('a cat',\), not a \(source, target\) pair"),
+])
+def test_translation_data_names_a_pair_without_text(tokenizer_and_pairs, bad, error, message):
+    tokenizer, pairs = tokenizer_and_pairs
+    with pytest.raises(error, match=message):
+        TranslationData([pairs[0], bad, pairs[2]], tokenizer)
 
 
 def test_translation_data_max_len_and_too_long(tokenizer_and_pairs):

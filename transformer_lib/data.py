@@ -24,7 +24,7 @@ from .corpus import load_builtin_corpus
 def _decode_line(path: Path, number: int, raw: bytes) -> str:
     """Line `number` (from 1) of `path` as text; a ValueError names the file and line when it is no sentence."""
     try:
-        line = raw.decode("utf-8").rstrip("\r")  # files written on Windows end lines with \r\n
+        line = raw.decode("utf-8")
     except UnicodeDecodeError as error:
         raise ValueError(f"{path}, line {number}: bytes that are not UTF-8 ({error.reason} at byte "
                          f"{error.start + 1} of the line); re-encode the file as UTF-8, e.g. with "
@@ -38,7 +38,8 @@ def _decode_line(path: Path, number: int, raw: bytes) -> str:
 
 # %% ../notebooks/10_data_pipeline.ipynb #19078fcb
 def read_lines(path: str | os.PathLike) -> list[str]:
-    """The lines of a UTF-8 text file, gzipped (name ending in .gz) or not, without their line endings.
+    """The lines of a UTF-8 text file, gzipped (name ending in .gz) or not, without their line endings
+    (\n, \r\n or \r).
 
     A ValueError names the file (and the line) for an empty file, an empty or all-whitespace line,
     bytes that are not UTF-8, or a .gz file that is not valid gzip. A UTF-8 byte-order mark is dropped.
@@ -54,9 +55,7 @@ def read_lines(path: str | os.PathLike) -> list[str]:
     except (gzip.BadGzipFile, EOFError, zlib.error) as error:
         raise ValueError(f"{path}: not a valid gzip file ({error}); check it with `gzip -t`, or drop the "
                          ".gz ending if it holds plain text") from None
-    raw_lines = data.split(b"\n")
-    if raw_lines[-1] == b"":
-        raw_lines.pop()                      # the newline that ends the last line
+    raw_lines = data.splitlines()            # at \n, \r\n or \r; a final line ending adds no empty line
     if not raw_lines:
         raise ValueError(f"{path}: the file is empty; it must hold one sentence per line")
     return [_decode_line(path, number, raw) for number, raw in enumerate(raw_lines, start=1)]
@@ -81,24 +80,50 @@ def pairs_from_hf_dataset(dataset, src_lang: str, tgt_lang: str) -> list[tuple[s
             language (Multi30k: "de", "en") or a "translation" column of {language: text} dicts (OPUS Books).
         src_lang, tgt_lang: the language codes to read, e.g. "de" and "en".
     """
+    layout = _check_hf_dataset(dataset, src_lang, tgt_lang)
+    if layout == "translation":              # OPUS Books: one column of {language: text} dicts
+        pairs = [(row[src_lang], row[tgt_lang]) for row in dataset["translation"]]
+    else:                                    # Multi30k: one column per language
+        pairs = list(zip(dataset[src_lang], dataset[tgt_lang]))
+    _check_hf_texts(pairs, layout, src_lang, tgt_lang)
+    return pairs
+
+# %% ../notebooks/10_data_pipeline.ipynb #5b9adc1d
+def _check_hf_dataset(dataset, src_lang: str, tgt_lang: str) -> str:
+    """The layout of `dataset`, "translation" or "columns"; TypeError or ValueError when it has neither."""
     columns = getattr(dataset, "column_names", None)
     if not isinstance(columns, list):
         raise TypeError(f"dataset must be one split of a Hugging Face dataset (a datasets.Dataset), got "
                         f"{type(dataset).__name__}; pick a split first, e.g. dataset['train']")
     if "translation" in columns:
-        rows = list(dataset["translation"])
-        for number, row in enumerate(rows):
-            # A dict column is stored as a struct: a language missing from a row reads as None.
-            if row.get(src_lang) is None or row.get(tgt_lang) is None:
-                present = sorted(lang for lang, text in row.items() if text is not None)
-                raise ValueError(f"row {number} of the 'translation' column has languages {present}, "
-                                 f"not both {src_lang!r} and {tgt_lang!r}")
-        return [(row[src_lang], row[tgt_lang]) for row in rows]
+        first = dataset[0]["translation"] if len(dataset) else {src_lang: "", tgt_lang: ""}
+        # A dict column is stored as a struct: every row has its languages, a missing one reads as None.
+        if first.get(src_lang) is None or first.get(tgt_lang) is None:
+            present = sorted(lang for lang, text in first.items() if text is not None)
+            raise ValueError(f"row 0 of the 'translation' column has languages {present}, "
+                             f"not both {src_lang!r} and {tgt_lang!r}")
+        return "translation"
     missing = [lang for lang in (src_lang, tgt_lang) if lang not in columns]
     if missing:
         raise ValueError(f"dataset has columns {columns}, none named {missing} and no 'translation' column; "
                          "pass the language codes that are its column names")
-    return list(zip(dataset[src_lang], dataset[tgt_lang]))
+    return "columns"
+
+
+def _check_hf_texts(pairs: list[tuple], layout: str, src_lang: str, tgt_lang: str) -> None:
+    """TypeError (not a str) or ValueError (None, empty) naming the first row and field without a sentence."""
+    fields = [f"['translation'][{lang!r}]" if layout == "translation" else f"[{lang!r}]"
+              for lang in (src_lang, tgt_lang)]
+    for number, pair in enumerate(pairs):
+        for field, text in zip(fields, pair):
+            if text is not None and not isinstance(text, str):
+                raise TypeError(f"row {number}, field row{field}: a value of type {type(text).__name__} ({text!r}), "
+                                "not a text; read the dataset's text columns, or convert them first with dataset.map")
+            if text is None or not text.strip():
+                keep = ", ".join(f"row{f}" for f in fields)
+                raise ValueError(f"row {number}, field row{field}: {'no text (None)' if text is None else 'an empty text'}; "
+                                 "every row needs a sentence in both languages: drop such rows first, e.g. dataset = "
+                                 f"dataset.filter(lambda row: all((text or '').strip() for text in ({keep})))")
 
 # %% ../notebooks/10_data_pipeline.ipynb #a25eb6bc
 MULTI30K_ENV = "MULTI30K_DIR"
@@ -283,8 +308,11 @@ def _check_lengths(lengths: list[tuple[int, int]], max_tokens: int, pad_to_multi
                              f"max_tokens={max_tokens}; raise max_tokens or drop long examples (TranslationData's max_len)")
 
 
-def _mean_length(lengths: list[tuple[int, int]]) -> int:
-    return round(sum(max(s, t) for s, t in lengths) / max(1, len(lengths)))
+def _check_batching(lengths: list[tuple[int, int]], max_tokens: int, bucket_size: int) -> None:
+    """`_check_lengths`, and ValueError unless `bucket_size` is a positive int."""
+    _check_lengths(lengths, max_tokens)
+    if isinstance(bucket_size, bool) or not isinstance(bucket_size, int) or bucket_size < 1:
+        raise ValueError(f"bucket_size must be a positive int, got {bucket_size!r}")
 
 # %% ../notebooks/10_data_pipeline.ipynb #c71df174
 def token_batches(lengths: list[tuple[int, int]], max_tokens: int, shuffle: bool = True, seed: int = 0,
@@ -302,15 +330,14 @@ def token_batches(lengths: list[tuple[int, int]], max_tokens: int, shuffle: bool
         shuffle: shuffle examples (and, with `bucket`, batches) with `random.Random(seed)`.
         bucket_size: the pool size, in batches' worth of examples (at the mean length).
     """
-    _check_lengths(lengths, max_tokens)
-    if isinstance(bucket_size, bool) or not isinstance(bucket_size, int) or bucket_size < 1:
-        raise ValueError(f"bucket_size must be a positive int, got {bucket_size!r}")
+    _check_batching(lengths, max_tokens, bucket_size)
     rng = random.Random(seed)
     order = list(range(len(lengths)))
     if shuffle:
         rng.shuffle(order)
     if bucket:
-        pool = max(1, bucket_size * max_tokens // max(1, _mean_length(lengths)))
+        mean_length = round(sum(max(s, t) for s, t in lengths) / max(1, len(lengths)))
+        pool = max(1, bucket_size * max_tokens // max(1, mean_length))
         order = [i for start in range(0, len(order), pool)
                  for i in sorted(order[start:start + pool], key=lambda i: lengths[i])]
     batches, current, longest = [], [], 0
