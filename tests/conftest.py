@@ -2,29 +2,34 @@
 
 Each file is one unit of work, so a notebook runs top to bottom in one kernel and a module's fixtures
 are built once. Notebooks 11, 12 and 13 are one unit, in that order: 11 trains `runs/course_model`,
-which 12 and 13 load (a second process would train it again into the same folder). The units that
-take minutes are handed out first, so no core is left with one of them at the end.
+which 12 and 13 load (a second process would train it again into the same folder). The off-repo
+test's solutions are a unit of their own, beside its notebooks. The two longest units are handed
+out first, so no core is left with one of them at the end.
 
 `scripts/test_portability.sh` collects no file of tests/, so it loads this file with
 `-p tests.conftest`.
 """
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
 COURSE_MODEL = "course_model"
 # The notebooks that share runs/course_model, in the order they must run.
 COURSE_MODEL_NOTEBOOKS = ("notebooks/11_training.ipynb", "notebooks/12_decoding.ipynb",
                           "notebooks/13_evaluation.ipynb")
-# Units that take minutes on a 2-core machine, longest first: the off-repo test installs a venv and
-# runs every notebook; the course model's unit trains it. Everything else follows in collection order.
+# A test that is a unit by itself: it takes minutes, and shares with its file only a fixture that
+# is cheap to build twice.
+OWN_UNIT = ("tests/test_off_repo.py::test_every_notebook_runs_in_an_empty_folder[solutions]",)
+# The two units that take longest, handed out first, one to each worker: the off-repo test installs
+# a venv and runs every notebook; the course model's unit trains it. Everything else follows in
+# collection order, so the unit a worker is sent beside its first (xdist sends the next unit when
+# at most 2 tests are left) is a short one, and the off-repo solutions come in their file's place.
 SLOW_FIRST = ("tests/test_off_repo.py", COURSE_MODEL)
 
 
 def work_unit(nodeid: str) -> str:
-    """The unit of work an item belongs to: its file, or `course_model` for notebooks 11-13."""
+    """The unit of work an item belongs to: its file, `course_model` for notebooks 11-13, or itself."""
     path = nodeid.split("::", 1)[0]
+    if nodeid in OWN_UNIT:
+        return nodeid
     return COURSE_MODEL if path in COURSE_MODEL_NOTEBOOKS else path
 
 

@@ -1,15 +1,25 @@
 """The notebooks run where a learner runs them: Colab, or a downloaded notebook in an empty folder.
 
 The package is built as a wheel from a copy of the sources, installed into a fresh virtual
-environment outside the checkout, and every notebook and solution is copied into an empty folder
-and executed there, top to bottom, by that environment's kernel. Nothing of the repository is
-importable or on disk for them: a path like `../images`, an exercise that reads `tests/`, or a module
-that pip does not install fails here. Slow (a venv and a full run of the course): about 5 minutes.
+environment outside the checkout, and every notebook is copied into an empty folder and executed
+there, top to bottom, by that environment's kernel; the solutions likewise, in a folder of their
+own. Nothing of the repository is importable or on disk for them: a path like `../images`, an
+exercise that reads `tests/`, or a module that pip does not install fails here. Slow: minutes each.
+
+The venv is installed without an index, from wheels that the first run downloads into a cache
+outside the checkout (`$XDG_CACHE_HOME/transformer-course/wheels`, default `~/.cache/...`). The cache
+is keyed by what is asked for (torch, the wheel's declared dependencies, the kernel, this Python)
+and by the week, so the dependencies' new releases still reach this test within a week.
 """
+import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -39,6 +49,56 @@ def run(command, **kwargs):
     return result
 
 
+# What Colab and Jupyter provide beside the course's own dependencies: a kernel and a notebook runner.
+KERNEL = ["nbclient", "nbformat", "ipykernel"]
+
+
+def wheel_cache_key(course_wheel: Path, torch_spec: list[str]) -> str:
+    """What the learner venv installs, as a file name: torch, the wheel's dependencies, the kernel,
+    this Python and platform, and the week (so new releases of the dependencies get in)."""
+    with zipfile.ZipFile(course_wheel) as wheel:
+        metadata = next(name for name in wheel.namelist() if name.endswith(".dist-info/METADATA"))
+        requires = sorted(line for line in wheel.read(metadata).decode().splitlines()
+                          if line.startswith("Requires-Dist:"))
+    asked = [*torch_spec, *requires, *KERNEL, sys.version, sys.platform, platform.machine()]
+    digest = hashlib.sha256("\n".join(asked).encode()).hexdigest()[:16]
+    return f"{time.strftime('%G-W%V')}-{digest}"
+
+
+def torch_pin(folder: Path) -> str:
+    """`torch==VERSION` for the one torch wheel in `folder`."""
+    wheels = list(folder.glob("torch-*.whl"))
+    assert len(wheels) == 1, f"expected one torch wheel in {folder}, got {wheels}"
+    return f"torch=={wheels[0].name.split('-')[1]}"
+
+
+def filled_wheel_cache(course_wheel: Path, torch_spec: list[str]) -> Path:
+    """The cache folder holding a wheel of torch and of everything else the learner venv needs
+    (not the course's wheel, which is built fresh every run); downloaded on the first run."""
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "transformer-course" / "wheels"
+    folder = root / wheel_cache_key(course_wheel, torch_spec)
+    if folder.is_dir():
+        return folder
+    root.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=".partial-", dir=root))   # renamed once complete
+    try:
+        pip_wheel = [sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "-w", str(partial)]
+        run([*pip_wheel, *torch_spec])
+        # The rest against that torch build: the wheel's dependencies name torch too.
+        run([*pip_wheel, "--find-links", str(partial), torch_pin(partial), str(course_wheel), *KERNEL])
+        (partial / course_wheel.name).unlink()
+        for old in root.iterdir():       # last week's, or those of other requirements
+            if not old.name.startswith(".partial-"):
+                shutil.rmtree(old, ignore_errors=True)
+        partial.rename(folder)
+    except OSError:
+        if not folder.is_dir():          # another run filled it at the same time: use theirs
+            raise
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return folder
+
+
 @pytest.fixture(scope="module")
 def learner_python(tmp_path_factory) -> Path:
     """A fresh venv outside the checkout with only the built wheel (and a Jupyter kernel) installed."""
@@ -54,14 +114,16 @@ def learner_python(tmp_path_factory) -> Path:
     wheels = list(dist.glob("transformer_lib-*.whl"))
     assert len(wheels) == 1, f"expected one wheel, got {wheels}"
 
+    # The same torch build as the course's own venv (scripts/setup_env.sh), then the wheel with its
+    # declared dependencies, then what Colab/Jupyter provide: all from the cache, none from an index.
+    torch_spec = os.environ.get("TORCH_SPEC", "torch==2.13.0").split()
+    cache = filled_wheel_cache(wheels[0], torch_spec)
     venv = tmp_path_factory.mktemp("learner_venv")
     run([sys.executable, "-m", "venv", "--clear", str(venv)])
     python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-    pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    # The same torch build as the course's own venv (scripts/setup_env.sh), then the wheel with its
-    # declared dependencies, then what Colab/Jupyter provide: a kernel and a notebook runner.
-    run([*pip, *os.environ.get("TORCH_SPEC", "torch==2.13.0").split()])
-    run([*pip, str(wheels[0]), "nbclient", "nbformat", "ipykernel"])
+    # --no-compile: the kernels compile what they import; compiling all of torch up front is slow.
+    run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-index", "--no-compile",
+         "--find-links", str(cache), torch_pin(cache), str(wheels[0]), *KERNEL])
     return python
 
 
@@ -81,18 +143,20 @@ def test_installed_package_is_the_wheel_not_the_checkout(learner_python, tmp_pat
     assert Path(root) == tmp_path, "outside a checkout, the course's files go to the current folder"
 
 
-def test_every_notebook_and_solution_runs_in_an_empty_folder(learner_python, tmp_path):
-    notebooks = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-    solutions = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
+@pytest.mark.parametrize("kind", ["notebooks", "solutions"])
+def test_every_notebook_runs_in_an_empty_folder(kind, learner_python, tmp_path):
+    """The notebooks, in order, in one empty folder (notebook 11 trains the model that 12 and 13
+    load); the solutions likewise in another. Two tests, so the test command's workers run them side
+    by side (tests/conftest.py gives the solutions a unit of their own)."""
     folder = tmp_path / "learner"
     folder.mkdir()
     names = []
-    for path in notebooks + solutions:
-        name = path.name if path in notebooks else f"solution_{path.name}"
-        shutil.copy2(path, folder / name)
-        names.append(name)
+    for path in sorted((ROOT / kind).glob("[0-9][0-9]_*.ipynb")):
+        shutil.copy2(path, folder / path.name)
+        names.append(path.name)
     result = run([str(learner_python), "-c", EXECUTE, str(folder), *names], cwd=folder, env=learner_env(),
                  timeout=3600)
     assert result.stdout.split().count("ran") == len(names)
     assert not (folder / "images").exists(), "no figure may be written unless the course run asks for it"
-    assert (folder / "runs" / "course_model").is_dir(), "notebook 11 saves the course model beside the notebooks"
+    if kind == "notebooks":
+        assert (folder / "runs" / "course_model").is_dir(), "notebook 11 saves the course model beside the notebooks"
