@@ -88,7 +88,7 @@ def filled_wheel_cache(course_wheel: Path, torch_spec: list[str]) -> Path:
         run([*pip_wheel, "--find-links", str(partial), torch_pin(partial), str(course_wheel), *KERNEL])
         (partial / course_wheel.name).unlink()
         for old in root.iterdir():       # last week's, or those of other requirements
-            if not old.name.startswith(".partial-"):
+            if old.name != folder.name and not old.name.startswith(".partial-"):
                 shutil.rmtree(old, ignore_errors=True)
         partial.rename(folder)
     except OSError:
