@@ -20,22 +20,6 @@ from torch import Tensor
 
 from .corpus import load_builtin_corpus
 
-# %% ../notebooks/10_data_pipeline.ipynb #01696a08
-def _decode_line(path: Path, number: int, raw: bytes) -> str:
-    """Line `number` (from 1) of `path` as text; a ValueError names the file and line when it is no sentence."""
-    try:
-        line = raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{path}, line {number}: bytes that are not UTF-8 ({error.reason} at byte "
-                         f"{error.start + 1} of the line); re-encode the file as UTF-8, e.g. with "
-                         "`iconv -f latin1 -t utf-8`") from None
-    if number == 1:
-        line = line.removeprefix("\ufeff")  # an invisible byte-order mark some editors write
-    if not line.strip():
-        raise ValueError(f"{path}, line {number}: empty line; every line must hold one sentence "
-                         "(an empty line often means the aligned files have slipped out of step)")
-    return line
-
 # %% ../notebooks/10_data_pipeline.ipynb #19078fcb
 def read_lines(path: str | os.PathLike) -> list[str]:
     """The lines of a UTF-8 text file, gzipped (name ending in .gz) or not, without their line endings
@@ -70,6 +54,22 @@ def read_parallel_files(src_path: str | os.PathLike, tgt_path: str | os.PathLike
                          f"{min(len(src), len(tgt)) + 1} of {longer} has no partner in {shorter}; "
                          "aligned files must have the same number of lines")
     return list(zip(src, tgt))
+
+# %% ../notebooks/10_data_pipeline.ipynb #01696a08
+def _decode_line(path: Path, number: int, raw: bytes) -> str:
+    """Line `number` (from 1) of `path` as text; a ValueError names the file and line when it is no sentence."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}, line {number}: bytes that are not UTF-8 ({error.reason} at byte "
+                         f"{error.start + 1} of the line); re-encode the file as UTF-8, e.g. with "
+                         "`iconv -f latin1 -t utf-8`") from None
+    if number == 1:
+        line = line.removeprefix("\ufeff")  # an invisible byte-order mark some editors write
+    if not line.strip():
+        raise ValueError(f"{path}, line {number}: empty line; every line must hold one sentence "
+                         "(an empty line often means the aligned files have slipped out of step)")
+    return line
 
 # %% ../notebooks/10_data_pipeline.ipynb #78665284
 def pairs_from_hf_dataset(dataset, src_lang: str, tgt_lang: str) -> list[tuple[str, str]]:
@@ -295,25 +295,6 @@ class Batch:
         tensors = (self.src, self.tgt_in, self.tgt_out, self.src_key_padding_mask, self.tgt_key_padding_mask)
         return Batch(*(t.to(device, non_blocking=True) for t in tensors), self.pad_id)
 
-# %% ../notebooks/10_data_pipeline.ipynb #1d870d84
-def _check_lengths(lengths: list[tuple[int, int]], max_tokens: int, pad_to_multiple: int = 1) -> None:
-    """ValueError unless `max_tokens` is a positive int and every example fits in a batch of its own
-    (`lengths` already rounded up when batches are padded to a multiple, as `TranslationData` does)."""
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-        raise ValueError(f"max_tokens must be a positive int, got {max_tokens!r}")
-    padded = f" once padded to a multiple of {pad_to_multiple}" if pad_to_multiple > 1 else ""
-    for i, (s, t) in enumerate(lengths):
-        if max(s, t) > max_tokens:
-            raise ValueError(f"example {i} has {s} source and {t} target tokens{padded}, more than "
-                             f"max_tokens={max_tokens}; raise max_tokens or drop long examples (TranslationData's max_len)")
-
-
-def _check_batching(lengths: list[tuple[int, int]], max_tokens: int, bucket_size: int) -> None:
-    """`_check_lengths`, and ValueError unless `bucket_size` is a positive int."""
-    _check_lengths(lengths, max_tokens)
-    if isinstance(bucket_size, bool) or not isinstance(bucket_size, int) or bucket_size < 1:
-        raise ValueError(f"bucket_size must be a positive int, got {bucket_size!r}")
-
 # %% ../notebooks/10_data_pipeline.ipynb #c71df174
 def token_batches(lengths: list[tuple[int, int]], max_tokens: int, shuffle: bool = True, seed: int = 0,
                   bucket: bool = True, bucket_size: int = 100) -> list[list[int]]:
@@ -353,6 +334,25 @@ def token_batches(lengths: list[tuple[int, int]], max_tokens: int, shuffle: bool
     if shuffle and bucket:
         rng.shuffle(batches)
     return batches
+
+# %% ../notebooks/10_data_pipeline.ipynb #1d870d84
+def _check_lengths(lengths: list[tuple[int, int]], max_tokens: int, pad_to_multiple: int = 1) -> None:
+    """ValueError unless `max_tokens` is a positive int and every example fits in a batch of its own
+    (`lengths` already rounded up when batches are padded to a multiple, as `TranslationData` does)."""
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise ValueError(f"max_tokens must be a positive int, got {max_tokens!r}")
+    padded = f" once padded to a multiple of {pad_to_multiple}" if pad_to_multiple > 1 else ""
+    for i, (s, t) in enumerate(lengths):
+        if max(s, t) > max_tokens:
+            raise ValueError(f"example {i} has {s} source and {t} target tokens{padded}, more than "
+                             f"max_tokens={max_tokens}; raise max_tokens or drop long examples (TranslationData's max_len)")
+
+
+def _check_batching(lengths: list[tuple[int, int]], max_tokens: int, bucket_size: int) -> None:
+    """`_check_lengths`, and ValueError unless `bucket_size` is a positive int."""
+    _check_lengths(lengths, max_tokens)
+    if isinstance(bucket_size, bool) or not isinstance(bucket_size, int) or bucket_size < 1:
+        raise ValueError(f"bucket_size must be a positive int, got {bucket_size!r}")
 
 # %% ../notebooks/10_data_pipeline.ipynb #24b7b406
 def padding_fraction(lengths: list[tuple[int, int]], batches: list[list[int]]) -> float:
