@@ -121,7 +121,8 @@ def _check_hf_texts(pairs: list[tuple], layout: str, src_lang: str, tgt_lang: st
                                 "not a text; read the dataset's text columns, or convert them first with dataset.map")
             if text is None or not text.strip():
                 keep = ", ".join(f"row{f}" for f in fields)
-                raise ValueError(f"row {number}, field row{field}: {'no text (None)' if text is None else 'an empty text'}; "
+                problem = "no text (None)" if text is None else "an empty text"
+                raise ValueError(f"row {number}, field row{field}: {problem}; "
                                  "every row needs a sentence in both languages: drop such rows first, e.g. dataset = "
                                  f"dataset.filter(lambda row: all((text or '').strip() for text in ({keep})))")
 
@@ -274,7 +275,7 @@ class Batch:
     pad_id: int
 
     @classmethod
-    def from_examples(cls, examples: list[tuple[list[int], list[int]]], pad_id: int, pad_to_multiple: int = 1) -> "Batch":
+    def from_examples(cls, examples: list[tuple[list[int], list[int]]], pad_id: int, pad_to_multiple=1) -> "Batch":
         """Pad (source ids, target ids) pairs; each target must be `<s> y1 .. yn </s>` (2 ids or more).
         S and T, the longest source and shifted target, are rounded up to a multiple of `pad_to_multiple`."""
         _check_examples(examples, pad_to_multiple)
@@ -344,8 +345,8 @@ def _check_lengths(lengths: list[tuple[int, int]], max_tokens: int, pad_to_multi
     padded = f" once padded to a multiple of {pad_to_multiple}" if pad_to_multiple > 1 else ""
     for i, (s, t) in enumerate(lengths):
         if max(s, t) > max_tokens:
-            raise ValueError(f"example {i} has {s} source and {t} target tokens{padded}, more than "
-                             f"max_tokens={max_tokens}; raise max_tokens or drop long examples (TranslationData's max_len)")
+            raise ValueError(f"example {i} has {s} source and {t} target tokens{padded}, more than max_tokens="
+                             f"{max_tokens}; raise max_tokens or drop long examples (TranslationData's max_len)")
 
 
 def _check_batching(lengths: list[tuple[int, int]], max_tokens: int, bucket_size: int) -> None:
