@@ -179,7 +179,8 @@ def test_translation_loss_counts_real_tokens_and_correct_ones():
             return logits                                            # (B, T, V)
 
     loss, stats = translation_loss(Oracle(), batch, LabelSmoothingLoss(0.0, ignore_index=PAD))
-    assert stats == {"tokens": 5, "correct": 4}
+    assert all(isinstance(count, Tensor) for count in stats.values())      # read at log steps only
+    assert {name: int(count) for name, count in stats.items()} == {"tokens": 5, "correct": 4}
     expected = F.cross_entropy(Oracle()(None, None, None, None).reshape(-1, V), batch.tgt_out.reshape(-1),
                                ignore_index=PAD)
     torch.testing.assert_close(loss, expected)
@@ -327,8 +328,23 @@ class Payload:                      # pickled by reference; weights_only must re
 def test_load_checkpoint_refuses_arbitrary_objects(tmp_path):
     path = tmp_path / "evil.pt"
     torch.save({"model": {}, "payload": Payload()}, path)
-    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
+    with pytest.raises(ValueError, match=rf"checkpoint {re.escape(str(path))} holds objects other than tensors "
+                                         r"and plain values \(Unsupported global: GLOBAL .*print\).*could run code") as refused:
         load_checkpoint(path)
+    assert "weights_only" not in str(refused.value)        # never the advice to load it unsafely
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_load_checkpoint_on_random_bytes_says_it_is_not_a_checkpoint(tmp_path, seed):
+    """Issue 19: random bytes gave a raw UnpicklingError that suggested weights_only=False."""
+    path = tmp_path / "checkpoint.pt"
+    path.write_bytes(bytes(torch.randint(0, 256, (2000,), generator=torch.Generator().manual_seed(seed),
+                                         dtype=torch.uint8).tolist()))
+    with pytest.raises(ValueError) as refused:
+        load_checkpoint(path)
+    message = str(refused.value)
+    assert message.startswith(f"{path} is not a checkpoint: torch.save writes a zip archive")
+    assert "Unpickl" not in message and "weights_only" not in message and "\n" not in message
 
 
 def test_load_checkpoint_missing_file(tmp_path):
@@ -347,8 +363,9 @@ def test_load_checkpoint_empty_or_truncated_names_the_file(tmp_path, damage):
                "last 10 bytes cut": data[:-10], "not a checkpoint": b"hello, world"}[damage]
     path = tmp_path / "checkpoint.pt"
     path.write_bytes(damaged)
-    with pytest.raises(ValueError, match=rf"checkpoint {re.escape(str(path))} is empty or truncated \(.+\); "
-                                         "delete it to start over or restore a copy"):
+    expected = (rf"{re.escape(str(path))} is not a checkpoint: torch.save writes a zip archive" if damage == "not a checkpoint"
+                else rf"checkpoint {re.escape(str(path))} is empty or truncated \(.+\); delete it to start over or restore a copy")
+    with pytest.raises(ValueError, match=expected):
         load_checkpoint(path)
 
 
@@ -429,16 +446,67 @@ def test_empty_epoch_is_an_error():
         trainer.fit()
 
 
-def test_nan_loss_stops_with_a_clear_message():
-    def nan_after_two(model, batch, calls=[]):
+def weights_after(steps: int, **kwargs) -> list[Tensor]:
+    trainer = toy_trainer(max_steps=steps, **kwargs)
+    trainer.fit()
+    return [p.detach().clone() for p in trainer.model.parameters()]
+
+
+def assert_weights_equal(model: nn.Module, expected: list[Tensor]) -> None:
+    for p, q in zip(model.parameters(), expected, strict=True):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)
+
+
+def test_nan_loss_stops_with_a_clear_message_and_the_weights_of_the_last_good_step():
+    """The guard runs on the device: the bad update (and every later one) is skipped, so the weights,
+    Adam's moments and step count are those after step 2, and the next log step (5) raises."""
+    def nan_at_three(model, batch, calls=[]):
         calls.append(1)
         loss, stats = toy_loss(model, batch)
         return (loss * float("nan") if len(calls) == 3 else loss), stats
 
-    trainer = toy_trainer(loss_fn=nan_after_two)
-    with pytest.raises(FloatingPointError, match="loss is nan at step 3.*lower the learning rate"):
+    trainer = toy_trainer(loss_fn=nan_at_three, log_every=5)
+    with pytest.raises(FloatingPointError, match="loss is nan at step 3; the update of step 3 was skipped, and every "
+                                                 "one after it, so the weights are not spoiled; training stopped at "
+                                                 "step 5. Lower the learning rate"):
         trainer.fit()
-    assert trainer.state.step == 2
+    assert trainer.state.step == 5 and trainer.state.history == []   # the bad window is never logged
+    assert_weights_equal(trainer.model, weights_after(2))
+    assert all(int(s["step"]) == 2 for s in trainer.optimizer.state.values())   # Adam did not count the skipped steps
+
+
+def test_non_finite_gradient_with_a_finite_loss_is_caught_too():
+    def inf_gradient_at_two():
+        calls = []
+
+        def loss_fn(model, batch):
+            calls.append(1)
+            loss, stats = toy_loss(model, batch)
+            if len(calls) == 2:             # sqrt'(0) is infinite: the loss stays finite, the gradient does not
+                loss = loss + torch.sqrt(model[0].weight.sum() * 0)
+            return loss, stats
+        return loss_fn
+
+    for grad_clip in (1.0, None):
+        trainer = toy_trainer(loss_fn=inf_gradient_at_two(), log_every=3, grad_clip=grad_clip)
+        with pytest.raises(FloatingPointError, match=r"gradient norm is (nan|inf) \(loss \d.*\) at step 2"):
+            trainer.fit()
+        assert_weights_equal(trainer.model, weights_after(1, grad_clip=grad_clip))
+
+
+def test_a_fault_after_the_last_log_is_raised_at_the_end_and_blocks_checkpoints(tmp_path):
+    def nan_at_seven(model, batch, calls=[]):
+        calls.append(1)
+        loss, stats = toy_loss(model, batch)
+        return (loss * float("nan") if len(calls) == 7 else loss), stats
+
+    trainer = toy_trainer(loss_fn=nan_at_seven, max_steps=8, log_every=5)
+    with pytest.raises(FloatingPointError, match="loss is nan at step 7.*training stopped at step 8"):
+        trainer.fit()                                               # no log step after 7: the end of fit raises
+    with pytest.raises(FloatingPointError, match="at step 7"):
+        save_checkpoint(tmp_path / "c.pt", trainer.checkpoint())    # a run with skipped updates is never saved
+    assert not (tmp_path / "c.pt").exists()
+    assert_weights_equal(trainer.model, weights_after(6))
 
 
 def test_cpu_autocast_is_bf16_only():
@@ -809,3 +877,202 @@ def test_accumulating_training_learns(device, amp_dtype):
     history = trainer.fit().history
     assert history[-1]["loss"] < 0.6 * history[0]["loss"] and history[-1]["lr"] == 0.0
     assert all(h["tokens"] == 10 * 2 * 16 for h in history)           # 10 updates of 2 batches of 16
+
+
+# ---------------------------------------------------------------- a step that never waits for the device
+HOST_READS = ("item", "tolist", "__bool__", "__float__", "__int__", "__index__", "cpu", "numpy")
+
+
+def sync_free_loss(model: nn.Module, batch: ToyBatch):
+    """toy_loss without its int(): the counts stay tensors, as translation_loss returns them."""
+    logits = model(batch.x)
+    return F.cross_entropy(logits, batch.y), {"tokens": len(batch.y), "correct": (logits.argmax(-1) == batch.y).sum()}
+
+
+@contextmanager
+def counting_host_reads(trainer: Trainer):
+    """Count every Tensor → host read, split by whether it happens inside a log, a guard report or the end
+    of training (allowed) or anywhere else in fit (a step: not allowed)."""
+    reads, allowed = {"step": [], "log": []}, [0]
+    originals = {name: getattr(Tensor, name) for name in HOST_READS}
+
+    def counted(name):
+        def read(self, *args, **kwargs):
+            reads["log" if allowed[0] else "step"].append((name, trainer.state.step))
+            return originals[name](self, *args, **kwargs)
+        return read
+
+    def allowing(method):
+        def run(*args, **kwargs):
+            allowed[0] += 1
+            try:
+                return method(*args, **kwargs)
+            finally:
+                allowed[0] -= 1
+        return run
+
+    trainer._log = allowing(trainer._log)
+    trainer._raise_on_fault = allowing(trainer._raise_on_fault)
+    for name in HOST_READS:
+        setattr(Tensor, name, counted(name))
+    try:
+        yield reads
+    finally:
+        for name, method in originals.items():
+            setattr(Tensor, name, method)
+
+
+@pytest.mark.parametrize("accumulate,grad_clip", [(1, 1.0), (2, 1.0), (1, None)])
+def test_a_training_step_reads_nothing_from_the_device_outside_log_steps(accumulate, grad_clip):
+    trainer = toy_trainer(max_steps=6, log_every=3, loss_fn=sync_free_loss, accumulate=accumulate, grad_clip=grad_clip)
+    if not getattr(trainer.optimizer, "_step_supports_amp_scaling", False):
+        pytest.skip("this PyTorch has no fused Adam on the CPU (torch < 2.4): the guard reads its flag on the host")
+    with counting_host_reads(trainer) as reads:
+        trainer.fit()
+    assert reads["step"] == []
+    assert {step for _, step in reads["log"]} == {3, 6}          # the counter does see the reads of the logs
+    assert [h["step"] for h in trainer.state.history] == [3, 6] and trainer.state.history[-1]["tokens"] == 3 * 16 * accumulate
+
+
+def test_the_counter_catches_a_loss_that_reads_the_device():
+    trainer = toy_trainer(max_steps=4, log_every=10)               # toy_loss does int((...).sum()) every step
+    with counting_host_reads(trainer) as reads:
+        trainer.fit()
+    assert {step for _, step in reads["step"]} == {0, 1, 2, 3}
+
+
+def test_translation_loss_in_a_trainer_step_reads_nothing_from_the_device():
+    pairs = [([5, 6, 7, 8][: 1 + i % 4], [1] + [3 + (i + j) % 7 for j in range(1 + i % 3)] + [2]) for i in range(32)]
+    batches = [Batch.from_examples(pairs[i:i + 8], pad_id=PAD) for i in range(0, 32, 8)]
+
+    class Tiny(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.out = nn.Embedding(V, 16), nn.Linear(16, V)
+
+        def forward(self, src, tgt_in, src_key_padding_mask, tgt_key_padding_mask):
+            return self.out(self.embed(tgt_in) + self.embed(src).mean(1, keepdim=True))   # (B, T, V)
+
+    torch.manual_seed(0)
+    model = Tiny()
+    optimizer, scheduler = make_optimizer(model, d_model=16, warmup_steps=4)
+    criterion = LabelSmoothingLoss(0.1, ignore_index=PAD)
+    trainer = Trainer(model, lambda m, b: translation_loss(m, b, criterion), optimizer, lambda epoch: batches,
+                      scheduler, max_steps=8, log_every=4, progress=False)
+    if not getattr(optimizer, "_step_supports_amp_scaling", False):
+        pytest.skip("this PyTorch has no fused Adam on the CPU (torch < 2.4)")
+    with counting_host_reads(trainer) as reads:
+        trainer.fit()
+    assert reads["step"] == [] and trainer.state.history[-1]["tokens"] == sum(b.n_target_tokens for b in batches)
+
+
+@CUDA
+def test_cuda_step_never_synchronizes():
+    """On a GPU, torch raises on any synchronizing call inside a step (sync debug mode "error")."""
+    trainer = toy_trainer(max_steps=4, log_every=2, loss_fn=sync_free_loss, device="cuda")
+    assert trainer.optimizer.param_groups[0]["fused"]
+    steps_run = []
+    original = trainer.train_step
+
+    def strict_step(batches):
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            return original(batches)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+            steps_run.append(1)
+
+    trainer.train_step = strict_step
+    trainer.fit()
+    assert len(steps_run) == 4 and [h["step"] for h in trainer.state.history] == [2, 4]
+
+
+def test_make_optimizer_is_fused_where_pytorch_has_the_kernel():
+    optimizer, _ = make_optimizer(nn.Linear(3, 3), d_model=32)
+    group = optimizer.param_groups[0]
+    try:
+        torch.optim.Adam(nn.Linear(3, 3).parameters(), fused=True)
+        assert group["fused"] and getattr(optimizer, "_step_supports_amp_scaling", False)
+    except RuntimeError:                                    # no fused kernel on this device/PyTorch
+        assert group["foreach"] and not group["fused"]
+
+
+def test_restore_keeps_this_optimizers_kernel(tmp_path):
+    trainer = toy_trainer(max_steps=3)
+    trainer.fit()
+    payload = trainer.checkpoint()
+    for group in payload["optimizer"]["param_groups"]:
+        group.update(fused=None, foreach=None)            # as saved by a machine without the fused kernel
+    resumed = toy_trainer(max_steps=6)
+    kernel = {key: resumed.optimizer.param_groups[0][key] for key in ("fused", "foreach")}
+    resumed.restore(payload)
+    assert {key: resumed.optimizer.param_groups[0][key] for key in ("fused", "foreach")} == kernel
+    assert resumed.fit().step == 6
+
+
+# ---------------------------------------------------------------- targets outside the vocabulary
+@pytest.mark.parametrize("bad", [V, V + 5, -3])
+def test_label_smoothing_with_a_target_outside_the_vocabulary_names_it_and_V(logits_and_target, bad):
+    logits, target = logits_and_target
+    target = target.clone()
+    target[7] = bad
+    with pytest.raises(ValueError, match=rf"target id {bad} is outside the logits' vocabulary of V = {V} ids "
+                                         rf"\(0 to {V - 1}; {PAD} marks padding\)"):
+        LabelSmoothingLoss(0.1, ignore_index=PAD)(logits, target)
+
+
+def test_label_smoothing_accepts_an_ignore_index_outside_the_vocabulary(logits_and_target):
+    logits, target = logits_and_target
+    target = torch.where(target == PAD, -100, target)
+    torch.testing.assert_close(LabelSmoothingLoss(0.1, ignore_index=-100)(logits, target),
+                               F.cross_entropy(logits, target, label_smoothing=0.1))
+
+
+def test_out_of_vocabulary_target_in_a_trainer_step_is_reported_at_the_log_step_without_a_sync():
+    """Inside a step the check is recorded on the device (no host read), the update skipped, and the
+    next log step raises the ValueError with the id and V."""
+    criterion = LabelSmoothingLoss(0.0, ignore_index=-1)
+
+    def loss_with_a_bad_target_at_three(model, batch, calls=[]):
+        calls.append(1)
+        target = batch.y.clone()
+        if len(calls) == 3:
+            target[4] = N_CLASSES + 2
+        return criterion(model(batch.x), target), {"tokens": len(target)}
+
+    trainer = toy_trainer(loss_fn=loss_with_a_bad_target_at_three, log_every=5)
+    with counting_host_reads(trainer) as reads:
+        with pytest.raises(ValueError, match=rf"target id {N_CLASSES + 2} at step 3 is outside the vocabulary "
+                                             rf"of V = {N_CLASSES} ids \(0 to {N_CLASSES - 1}\); the update of step 3 "
+                                             "was skipped"):
+            trainer.fit()
+    if getattr(trainer.optimizer, "_step_supports_amp_scaling", False):
+        assert reads["step"] == []
+    assert_weights_equal(trainer.model, weights_after(2))
+
+
+def test_defer_id_check_records_on_the_device_only_inside_a_step():
+    from transformer_lib.device import defer_id_check, deferred_id_checks
+    ids = torch.tensor([[3, 12], [-1, 14]])
+    assert defer_id_check(ids, 12, "token id") is None              # outside: the caller checks on the host
+    with deferred_id_checks() as found:
+        wrong = defer_id_check(ids, 12, "token id", ignore_index=-1)
+    assert wrong.tolist() == [[False, True], [False, True]]
+    (any_wrong, first, V, what), = found
+    assert (bool(any_wrong), int(first), V, what) == (True, 12, 12, "token id")
+
+
+def test_an_embedding_style_check_deferred_in_a_step_is_named_by_its_own_words():
+    """Any module can defer its id check (e.g. a token embedding): the Trainer names it as the module said."""
+    from transformer_lib.device import defer_id_check
+
+    def loss_with_bad_token_ids_at_two(model, batch, calls=[]):
+        calls.append(1)
+        ids = torch.full((3,), 99 if len(calls) == 2 else 1)
+        defer_id_check(ids, 50, "token id")
+        return sync_free_loss(model, batch)
+
+    trainer = toy_trainer(loss_fn=loss_with_bad_token_ids_at_two, log_every=4)
+    with pytest.raises(ValueError, match=r"token id 99 at step 2 is outside the vocabulary of V = 50 ids \(0 to 49\)"):
+        trainer.fit()
+    assert_weights_equal(trainer.model, weights_after(1))

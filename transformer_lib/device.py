@@ -1,16 +1,19 @@
 """Choose where tensors live (CUDA, then Apple's MPS, then the CPU) and which mixed precision fits the
 hardware there: bf16 where the hardware has it, fp16 with a GradScaler on older GPUs, float32 elsewhere.
+Also the id checks that a training step defers, so that it never waits for the device.
 
 Hand-written, not exported: every notebook's device cell calls it, and the command line, the Trainer
-and the benchmarks share its precision rule, so no one notebook is its home.
+and the benchmarks share its precision rule, and the loss (notebook 11) and any embedding (notebook 02)
+can share the deferred id check, so no one notebook is its home.
 """
+import contextlib
 import copy
 import statistics
 import time
 from typing import Callable
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 # bf16 is chosen on a CPU only when it trains at least this much faster than float32 (5 %).
 CPU_BF16_MARGIN = 0.95
@@ -94,3 +97,41 @@ def pick_amp(device, model: nn.Module | None = None, batches: list | None = None
     if model is None or not batches or loss_fn is None:
         return None
     return faster_cpu_autocast(model, batches, loss_fn)[0]
+
+
+# ---------------------------------------------------------------- id checks that do not wait for the device
+_deferred_checks: list | None = None      # a list while a Trainer step runs (see deferred_id_checks)
+
+
+@contextlib.contextmanager
+def deferred_id_checks():
+    """Within it (the Trainer wraps each forward pass in it), `defer_id_check` records its checks on the
+    device instead of letting the caller read them on the host, which would wait for a GPU. Yields the
+    list of records: (any id wrong, the first wrong id, V, what), the first two as 0-d device tensors."""
+    global _deferred_checks
+    outer, _deferred_checks = _deferred_checks, []
+    try:
+        yield _deferred_checks
+    finally:
+        _deferred_checks = outer
+
+
+def defer_id_check(ids: Tensor, V: int, what: str, ignore_index: int | None = None) -> Tensor | None:
+    """Inside `deferred_id_checks`: record whether some of `ids` lie outside [0, V) (`ignore_index`
+    aside) and the first such id, for the Trainer to raise at its next log step, and return the mask
+    of those ids, same shape as `ids`, for the caller to keep them out of any indexing. Outside it:
+    None, and the caller checks on the host as usual (and raises its ValueError at once).
+
+    Args:
+        what: how the error names an id, e.g. "target id" or "token id".
+    """
+    if _deferred_checks is None:
+        return None
+    wrong = (ids < 0) | (ids >= V)
+    if ignore_index is not None:
+        wrong &= ids != ignore_index
+    if ids.numel():
+        flat = ids.reshape(-1)
+        first = flat.gather(0, wrong.reshape(-1).int().argmax().reshape(1)).squeeze(0)   # a wrong id, if any
+        _deferred_checks.append((wrong.any(), first, V, what))
+    return wrong
