@@ -77,8 +77,8 @@ def sentence_of(run: Path, n_tokens: int) -> str:
 
 @pytest.mark.parametrize("option, value, words", [
     ("--max-steps", "-1", ["--max-steps", "-1"]),
-    ("--threads", "0", ["--threads", "positive"]),
-    ("--threads", "-2", ["--threads", "positive"]),
+    ("--threads", "0", ["--threads", "[1, 1024]"]),
+    ("--threads", "-2", ["--threads", "[1, 1024]"]),
     ("--lr-factor", "-1", ["--lr-factor", "> 0"]),
     ("--lr-factor", "0", ["--lr-factor", "> 0"]),
     ("--lr-factor", "nan", ["--lr-factor", "finite"]),
@@ -107,6 +107,7 @@ def test_train_bad_argument_writes_nothing(tmp_path, option, value, words):
     (["--amp", "fp16"], ["--amp fp16", "CUDA"]),
     (["--max-tokens", "100000", "--accumulate", "64"], ["batches, fewer than the 64", "--accumulate"]),
     (["--validate-every", "15"], ["--validate-every", "multiple of 10"]),
+    (["--max-tokens", "1"], ["--max-tokens 1: example 0 has", "raise max_tokens"]),
 ])
 def test_train_rejected_by_the_library_writes_nothing(tmp_path, extra, words):
     run = tmp_path / "run"
@@ -219,11 +220,49 @@ def test_config_not_json(run, command):
     assert snapshot(run) == before
 
 
-@pytest.mark.parametrize("command", ["translate", "evaluate"])
-def test_tokenizer_and_config_disagree_on_vocabulary(run, command):
-    other = train_bpe_tokenizer(["a queen waited", "the king slept"] * 10, vocab_size=40)
-    other.save(run / "tokenizer.json")
-    assert_refused(use(run, command), "tokenizer.json", "config.json", "disagree on the vocabulary")
+def other_tokenizer(size: int) -> SubwordTokenizer:
+    """A tokenizer of exactly `size` tokens trained on other texts: another run's, as far as a run can tell."""
+    from transformer_lib.corpus import load_builtin_corpus
+    texts = [t for _, t in load_builtin_corpus(n_train=2000, n_valid=1, n_test=1)["train"]]
+    tokenizer = train_bpe_tokenizer(texts, vocab_size=size)
+    assert tokenizer.vocab_size == size
+    return tokenizer
+
+
+@pytest.mark.parametrize("command", ["translate", "evaluate", "train"])
+def test_tokenizer_of_another_run_with_the_same_size(run, command):
+    """Only the size and padding id used to be compared: translate exited 0 with nonsense."""
+    other_tokenizer(SubwordTokenizer.load(run / "tokenizer.json").vocab_size).save(run / "tokenizer.json")
+    before = snapshot(run)
+    assert_refused(use(run, command), "tokenizer.json", "not the tokenizer this run was trained with",
+                   "another run")
+    assert snapshot(run) == before
+
+
+def make_format_1(run: Path) -> None:
+    """Turn a run into one written by the previous version: no format, fingerprints or training settings."""
+    meta = json.loads((run / "config.json").read_text())
+    for key in ("format", "training", "fingerprints"):
+        del meta[key]
+    (run / "config.json").write_text(json.dumps(meta, indent=2))
+
+
+def test_format_1_run_is_read_and_resuming_records_fingerprints(run):
+    make_format_1(run)
+    result = cli("translate", "--run", run, "a queen waited")
+    assert result.returncode == 0, result.stderr
+    result = train(run, "--max-steps", "3")
+    assert result.returncode == 0, result.stderr
+    meta = json.loads((run / "config.json").read_text())
+    assert meta["format"] == 2 and meta["training"]["seed"] == 0
+    assert meta["fingerprints"]["tokenizer"].startswith("sha256:")
+    assert meta["fingerprints"]["train_pairs"]["count"] == 20000
+
+
+def test_format_1_run_with_a_tokenizer_of_another_size(run):
+    make_format_1(run)
+    train_bpe_tokenizer(["a queen waited", "the king slept"] * 10, vocab_size=40).save(run / "tokenizer.json")
+    assert_refused(use(run, "translate"), "tokenizer.json", "config.json", "disagree on the vocabulary")
 
 
 def test_weights_that_do_not_fit_the_config(run):
@@ -266,3 +305,188 @@ def test_argument_checks_accept_edges():
     assert (args.lr_factor, args.threads, args.dropout, args.time_budget, args.max_steps) == (1e-3, 1, 0, 5400, 0)
     args = build_parser().parse_args(["translate", "--run", "r", "--alpha", "0", "--device", "cuda:1"])
     assert args.alpha == 0 and args.device == "cuda:1"
+
+
+# --- the run folder: where it is, who writes it, and what it holds --------------------------------------
+
+def test_train_into_an_empty_path_is_refused(tmp_path):
+    """`--run ''` used to train into the current folder."""
+    result = subprocess.run([sys.executable, "-m", "transformer_lib", "train", "--run", "", *TINY], cwd=tmp_path,
+                            env=ENV, capture_output=True, text=True, timeout=300)
+    assert_refused(result, "--run", "empty path")
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("command", ["train", "translate", "evaluate"])
+def test_run_that_is_a_regular_file(tmp_path, command):
+    path = tmp_path / "notes.txt"
+    path.write_text("mine")
+    result = train(path) if command == "train" else cli(command, "--run", path, *(["a queen"] * (command == "translate")))
+    line = assert_refused(result, "notes.txt is a file")
+    assert "train --run" not in line, "never suggest training into a file"
+    assert path.read_text() == "mine"
+
+
+def test_run_under_a_regular_file(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    assert_refused(train(tmp_path / "notes.txt" / "run"), "notes.txt is a file, so nothing can be created inside")
+
+
+def test_train_into_a_folder_of_other_files(tmp_path):
+    (tmp_path / "thesis.tex").write_text("mine")
+    assert_refused(train(tmp_path), "not a run folder (no config.json)", "thesis.tex")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["thesis.tex"]
+
+
+# Root writes anywhere, so there a folder is made unwritable for the command by failing the write
+# test it makes before any work (tempfile.mkstemp in that folder), in the real `python -m transformer_lib`.
+DENY_WRITES_IN = """
+import errno, os, runpy, sys, tempfile
+denied, real = os.path.realpath(sys.argv.pop(1)), tempfile.mkstemp
+def mkstemp(*args, dir=None, **kwargs):
+    if dir is not None and os.path.realpath(dir) == denied:
+        raise PermissionError(errno.EACCES, "Permission denied")
+    return real(*args, dir=dir, **kwargs)
+tempfile.mkstemp = mkstemp
+runpy.run_module("transformer_lib", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permissions")
+def test_resume_in_a_read_only_folder(run):
+    """It used to train until its first checkpoint, then fail, losing those steps."""
+    before = snapshot(run)
+    if os.geteuid() == 0:
+        result = subprocess.run([sys.executable, "-c", DENY_WRITES_IN, str(run), "train", "--run", str(run), *TINY,
+                                 "--max-steps", "4"], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    else:
+        run.chmod(0o555)
+        try:
+            result = train(run, "--max-steps", "4")
+        finally:
+            run.chmod(0o755)
+    assert_refused(result, f"--run {run}: cannot write in {run} (Permission denied)")
+    assert snapshot(run) == before
+
+
+@pytest.mark.parametrize("option, value", [("--seed", "1"), ("--max-tokens", "256"), ("--label-smoothing", "0")])
+def test_resume_with_other_training_settings(run, option, value):
+    """A resume with another --seed used to be accepted: its batches and dropout would be another run's."""
+    before = snapshot(run)
+    assert_refused(train(run, "--max-steps", "4", option, value), f"({option})", "left as it was")
+    assert snapshot(run) == before
+
+
+@pytest.mark.parametrize("max_steps, words", [("2", "it has trained 2 steps (--max-steps)"),
+                                              ("1", "it has trained 2 steps, more than --max-steps 1")])
+def test_finished_run_says_so_and_changes_nothing(run, max_steps, words):
+    before = snapshot(run)
+    result = train(run, "--max-steps", max_steps)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip().splitlines() == [f"{run} is finished: {words}; nothing was changed "
+                                                  "(raise --max-steps or --time-budget to train further)"]
+    assert json.loads(result.stdout)["steps"] == 2
+    assert snapshot(run) == before
+
+
+@pytest.mark.parametrize("edit, words", [
+    ({"n_heads": 3}, ["config.json", "d_model", "n_heads"]),
+    ({"d_model": "32"}, ["config.json", '"model"."d_model" is \'32\'']),
+])
+def test_hand_edited_config(run, edit, words):
+    meta = json.loads((run / "config.json").read_text())
+    meta["model"].update(edit)
+    (run / "config.json").write_text(json.dumps(meta))
+    assert_refused(use(run, "translate"), *words)
+
+
+def test_random_bytes_as_checkpoint(run):
+    (run / "checkpoint.pt").write_bytes(os.urandom(4096))
+    line = assert_refused(use(run, "translate"), "checkpoint.pt", "not a checkpoint")
+    assert "weights_only" not in line
+
+
+# --- options that contradict each other, or overflow ---------------------------------------------------
+
+@pytest.mark.parametrize("extra, words", [
+    (["--data-dir", "somewhere"], ["--data-dir is for multi30k only"]),
+    (["--src-lang", "fr"], ["--src-lang and --tgt-lang are for multi30k and opus_books"]),
+    (["--data", "multi30k", "--data-dir", "no/such/folder"], ["--data-dir no/such/folder", "no such folder"]),
+    (["--seed", str(2 ** 70)], ["--seed", "[0, 4294967295]"]),
+    (["--seed", "-1"], ["--seed", "[0, 4294967295]"]),
+    (["--d-model", str(2 ** 70)], ["--d-model", "at most 2147483647"]),
+    (["--max-steps", "1e3"], ["--max-steps", "integer"]),
+    (["--device", "cuda:99999999999999999999"], ["unknown device"]),
+])
+def test_train_contradicting_or_overflowing_options(tmp_path, extra, words):
+    run = tmp_path / "run"
+    assert_refused(train(run, *extra), *words)
+    assert not run.exists()
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--data-dir", "somewhere"], ["--data-dir is for multi30k only"]),
+    (["--split", "test_2016"], ["--split test_2016", "builtin", "test"]),
+    (["--limit", "0"], ["--limit", "positive"]),
+    (["--beam", str(2 ** 40)], ["--beam", "at most"]),
+])
+def test_evaluate_bad_options(trained_run, extra, words):
+    assert_refused(cli("evaluate", "--run", trained_run, *extra), *words)
+
+
+def test_evaluate_output_checked_before_decoding(trained_run, tmp_path):
+    """--output onto a folder used to fail after the whole decode, without naming --output."""
+    (tmp_path / "file").write_text("x")
+    for output, words in ((tmp_path, "is a folder, not a file"), (tmp_path / "file" / "out.json", "is a file, so")):
+        assert_refused(cli("evaluate", "--run", trained_run, "--limit", "2", "--output", output), "--output", words)
+    written = tmp_path / "new" / "folder" / "metrics.json"       # missing folders are made
+    result = cli("evaluate", "--run", trained_run, "--limit", "2", "--output", written)
+    assert result.returncode == 0, result.stderr
+    saved = json.loads(written.read_text(encoding="utf-8"))
+    assert saved["metrics"] == json.loads(result.stdout) and len(saved["translations"]) == 2
+    result = cli("evaluate", "--run", trained_run, "--limit", "1", "--output", written)     # replaced
+    assert result.returncode == 0, result.stderr
+    assert len(json.loads(written.read_text(encoding="utf-8"))["translations"]) == 1
+    assert_refused(cli("evaluate", "--run", trained_run, "--limit", "1", "--output", trained_run / "config.json"),
+                   "--output", "would overwrite the config.json of the run")
+
+
+# --- translate: one line out per line in ------------------------------------------------------------------
+
+def test_translate_keeps_blank_lines_and_line_endings(trained_run):
+    """Blank lines used to be dropped, so the output no longer lined up with the input."""
+    sentences = ["a queen waited", "the king slept", "some tired horses waited", "a clever queen"]
+    alone = cli("translate", "--run", trained_run, *sentences)
+    assert alone.returncode == 0, alone.stderr
+    expected = alone.stdout.splitlines()
+    assert len(expected) == 4 and all(expected)
+    stdin = f"{sentences[0]}\n\n   \n{sentences[1]}\r\n{sentences[2]}\r{sentences[3]}\n\n"
+    result = subprocess.run([sys.executable, "-m", "transformer_lib", "translate", "--run", str(trained_run)],
+                            cwd=ROOT, env=ENV, input=stdin.encode(), capture_output=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.decode().split("\n") == [expected[0], "", "", *expected[1:], "", ""]
+
+
+def test_translate_empty_stdin_gives_nothing(trained_run):
+    result = cli("translate", "--run", trained_run, stdin="")
+    assert result.returncode == 0 and result.stdout == "", result.stderr
+
+
+def test_translate_bytes_that_are_not_utf8(trained_run):
+    result = subprocess.run([sys.executable, "-m", "transformer_lib", "translate", "--run", str(trained_run)],
+                            cwd=ROOT, env=ENV, input=b"a queen waited\nla reine \xe9tait\n", capture_output=True,
+                            timeout=300)
+    result = subprocess.CompletedProcess(result.args, result.returncode, result.stdout.decode(),
+                                         result.stderr.decode())
+    assert_refused(result, "line 2 of stdin is not UTF-8", "iconv")
+    assert result.stdout == ""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="arguments as raw bytes need POSIX")
+def test_translate_argument_that_is_not_utf8(trained_run):
+    result = subprocess.run([sys.executable.encode(), b"-m", b"transformer_lib", b"translate", b"--run",
+                             bytes(trained_run), b"a queen", b"la reine \xe9tait"], cwd=ROOT, env=ENV,
+                            capture_output=True, timeout=300)
+    result = subprocess.CompletedProcess(result.args, result.returncode, result.stdout.decode(),
+                                         result.stderr.decode())
+    assert_refused(result, "sentence argument 2 is not valid UTF-8")

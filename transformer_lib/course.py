@@ -9,6 +9,11 @@ Figures: `save_figure(fig, name)` writes `name` only when the environment variab
 `COURSE_FIGURES_DIR` names a folder (the course run, `scripts/run_course.sh`, points it at
 `images/`), and only when the picture really changed, so running the tests never touches tracked
 files and re-running the course leaves `git status` clean.
+
+The course's model: `course_model(run_dir("course_model"))` is the small model of the built-in
+corpus that notebook 11 trains and notebooks 12 and 13 decode with, trained (or resumed) by the
+command line's `train` with COURSE_MODEL_ARGS when the run folder does not hold it finished yet,
+and loaded by `runs.load_run`, which checks that the folder's files belong together.
 """
 import io
 import os
@@ -40,6 +45,28 @@ def results_dir(name: str) -> Path | None:
     """The committed results folder `results/<name>` of the checkout, or None outside one."""
     folder = course_root() / "results" / name
     return folder if folder.is_dir() else None
+
+
+# The course's model of the built-in corpus: trained by notebook 11, used by notebooks 12 and 13.
+COURSE_MODEL_ARGS = ["--data", "builtin", "--vocab-size", "1000", "--d-model", "128", "--heads", "4",
+                     "--d-ff", "512", "--layers", "2", "--max-tokens", "2048", "--warmup", "200",
+                     "--lr-factor", "0.7", "--max-steps", "300", "--seed", "0"]
+
+
+def course_model(run: str | os.PathLike, device=None):
+    """The course model (in eval mode) and its tokenizer from the run folder `run`, trained there
+    first (the same settings every time) unless it is finished; an interrupted run resumes.
+    Equivalent to `python -m transformer_lib train --run RUN` with COURSE_MODEL_ARGS, then `load_run`."""
+    from transformer_lib import cli, runs     # the command line imports this module: import it when called
+    run = Path(run)
+    args = cli.build_parser().parse_args(["train", "--run", str(run), "--no-progress", *COURSE_MODEL_ARGS])
+    done = (run / runs.CHECKPOINT).is_file() and runs.finished_reason(
+        runs.read_checkpoint(run)["state"], args.max_steps, None)
+    if not done or not (run / runs.HISTORY).is_file():    # notebook 11 plots history.json
+        summary = cli.train_command(args, announce=False)  # for a finished run: its summary, nothing written
+        if not (run / runs.HISTORY).is_file():
+            runs.write_json(run / runs.HISTORY, summary)
+    return runs.load_run(run, cli.resolve_device(device))
 
 
 def _pixels(png: bytes):
