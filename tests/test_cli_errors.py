@@ -490,3 +490,38 @@ def test_translate_argument_that_is_not_utf8(trained_run):
     result = subprocess.CompletedProcess(result.args, result.returncode, result.stdout.decode(),
                                          result.stderr.decode())
     assert_refused(result, "sentence argument 2 is not valid UTF-8")
+
+
+# --- the API cases of the same issue (decoding, exported from notebooks 12 and 13) -----------------------
+
+@pytest.fixture(scope="module")
+def tiny_model_and_tokenizer():
+    from transformer_lib.model import TransformerConfig, build_transformer
+    tokenizer = train_bpe_tokenizer(["a queen waited", "the king slept"] * 10, vocab_size=40)
+    torch.manual_seed(0)
+    model = build_transformer(TransformerConfig(tokenizer.vocab_size, tokenizer.vocab_size, d_model=16, n_heads=2,
+                                                d_ff=32, n_encoder_layers=1, n_decoder_layers=1, max_len=32))
+    return model.eval(), tokenizer
+
+
+@pytest.mark.parametrize("alpha", [float("nan"), float("inf"), -float("inf")])
+def test_api_alpha_must_be_finite(tiny_model_and_tokenizer, alpha):
+    from transformer_lib.decoding import beam_search
+    from transformer_lib.evaluation import translate
+    model, tokenizer = tiny_model_and_tokenizer
+    src = torch.tensor([tokenizer.encode("a queen waited")])
+    finite = r"alpha must be a finite number, not NaN or infinite \(the paper uses 0.6.*got (nan|inf|-inf)"
+    with pytest.raises(ValueError, match=finite):
+        beam_search(model, src, None, tokenizer.bos_id, tokenizer.eos_id, beam_size=2, alpha=alpha)
+    for beam_size in (1, 2):      # greedy ignores alpha, but a NaN there is a mistake all the same
+        with pytest.raises(ValueError, match="alpha must be a finite number"):
+            translate(model, tokenizer, ["a queen waited"], beam_size=beam_size, alpha=alpha)
+
+
+def test_api_eos_id_equal_to_bos_id(tiny_model_and_tokenizer):
+    from transformer_lib.decoding import beam_search, greedy_decode
+    model, tokenizer = tiny_model_and_tokenizer
+    src = torch.tensor([tokenizer.encode("a queen waited")])
+    for decode in (greedy_decode, beam_search):
+        with pytest.raises(ValueError, match="bos_id and eos_id must differ, got 1 for both"):
+            decode(model, src, None, tokenizer.bos_id, tokenizer.bos_id)

@@ -259,7 +259,7 @@ def test_length_penalty_values():
 @pytest.mark.parametrize("kwargs,message", [
     (dict(beam_size=0), "beam_size must be a positive int"),
     (dict(beam_size=2.0), "beam_size must be a positive int"),
-    (dict(alpha="0.6"), "alpha must be a number"),
+    (dict(alpha="0.6"), "alpha must be a finite number"),
     (dict(max_len=0), "max_len must be a positive int"),
     (dict(eos_id=11), r"eos_id must be a token id, an int in \[0, 11\)"),
 ])

@@ -6,6 +6,8 @@
 __all__ = ['greedy_decode', 'length_penalty', 'beam_search', 'compile_for_decoding']
 
 # %% ../notebooks/12_decoding.ipynb #019ea7df
+import math
+
 import torch
 from torch import Tensor
 
@@ -27,6 +29,9 @@ def _check_decode_args(model: Transformer, src: Tensor, src_key_padding_mask: Te
     for name, value in (("bos_id", bos_id), ("eos_id", eos_id)):
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < vocab_size:
             raise ValueError(f"{name} must be a token id, an int in [0, {vocab_size}), got {value!r}")
+    if bos_id == eos_id:
+        raise ValueError(f"bos_id and eos_id must differ, got {bos_id} for both: every sentence starts with bos_id, "
+                         "so its end could not be told from its start; pass tokenizer.bos_id and tokenizer.eos_id")
     if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1):
         raise ValueError(f"max_len must be a positive int, or None for the paper's source length + 50, "
                          f"got {max_len!r}")
@@ -177,12 +182,17 @@ def _beam_start(model: Transformer, src: Tensor, src_key_padding_mask: Tensor | 
     scores[:, 0] = 0.0                      # if all K slots started at 0, K copies of <s> would fill the beam
     return memory, pad_mask, ys, scores
 
+# %% ../notebooks/12_decoding.ipynb #7a2cb240
+def _check_alpha(alpha: float) -> None:
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
+        raise ValueError(f"alpha must be a finite number, not NaN or infinite (the paper uses 0.6; 0 ranks "
+                         f"by log P alone), got {alpha!r}")
+
 
 def _check_beam_args(beam_size: int, alpha: float) -> None:
     if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size must be a positive int (1 = greedy, the paper uses 4), got {beam_size!r}")
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
-        raise ValueError(f"alpha must be a number (the paper uses 0.6), got {alpha!r}")
+    _check_alpha(alpha)
 
 # %% ../notebooks/12_decoding.ipynb #ffbd193d
 @torch.no_grad()

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from .data import pad_sequences
-from .decoding import beam_search, greedy_decode
+from .decoding import _check_alpha, beam_search, greedy_decode
 from .model import Transformer
 
 # %% ../notebooks/13_evaluation.ipynb #3b4bd6cb
@@ -37,7 +37,7 @@ def _check_pairs(hypotheses, references) -> tuple[list[str], list[str]]:
         raise ValueError("no sentences to score: hypotheses and references are empty")
     return hypotheses, references
 
-
+# %% ../notebooks/13_evaluation.ipynb #39b65a0d
 def score_translations(hypotheses: list[str], references: list[str]) -> dict[str, float]:
     """Corpus scores of detokenized translations against one reference each, with sacreBLEU.
 
@@ -63,7 +63,7 @@ def _check_positive_int(name: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
 
-
+# %% ../notebooks/13_evaluation.ipynb #913c3fa8
 def _length_sorted_batches(ids: list[list[int]], batch_size: int) -> list[list[int]]:
     """The positions of the sentences, sorted by length and cut into batches of `batch_size`."""
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))   # stable: equal lengths keep their order
@@ -91,6 +91,7 @@ def translate(model: Transformer, tokenizer, sentences: list[str], beam_size: in
     """
     sentences = _check_sentences("sentences", sentences)
     _check_positive_int("beam_size", beam_size)
+    _check_alpha(alpha)                  # checked for greedy decoding too, which does not use it
     _check_positive_int("batch_size", batch_size)
     if not sentences:
         return []
