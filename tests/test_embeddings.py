@@ -119,3 +119,79 @@ def test_out_of_range_ids_raise_value_error(ids, match):
 def test_bad_constructor_args_raise_value_error(vocab_size, d_model, padding_idx, match):
     with pytest.raises(ValueError, match=match):
         TokenEmbedding(vocab_size, d_model, padding_idx)
+
+
+# ---------------------------------------------------------------- the id check inside a training step
+HOST_READS = ("item", "tolist", "__bool__", "__float__", "__int__", "__index__", "cpu", "numpy")
+
+
+def test_id_check_inside_a_trainer_step_reads_nothing_and_is_recorded(monkeypatch):
+    """A Trainer step must never wait for the GPU: inside `deferred_id_checks` the range check stays on
+    the device, wrong ids are looked up as id 0 (never outside the table), and the check is recorded."""
+    from transformer_lib.device import deferred_id_checks
+    embed = TokenEmbedding(10, 4)
+    tokens = torch.tensor([[1, 12, 3], [4, 5, -1]])
+    reads = []
+    for name in HOST_READS:
+        original = getattr(torch.Tensor, name)
+        monkeypatch.setattr(torch.Tensor, name, lambda self, *a, _o=original, _n=name, **k: (reads.append(_n),
+                                                                                               _o(self, *a, **k))[1])
+    with deferred_id_checks() as found:
+        out = embed(tokens)
+    monkeypatch.undo()
+    assert reads == []
+    torch.testing.assert_close(out[0, 1], embed.embedding.weight[0] * 2.0)      # id 12 looked up as 0
+    (any_wrong, first, vocab_size, what), = found
+    assert bool(any_wrong) and int(first) == 12 and vocab_size == 10 and what == "token id"
+
+
+def test_id_check_outside_a_step_raises_at_once():
+    with pytest.raises(ValueError, match=r"token ids must lie in \[0, 10\).*max id 12"):
+        TokenEmbedding(10, 4)(torch.tensor([[1, 12]]))
+
+
+def test_a_whole_transformer_step_reads_nothing_from_the_device():
+    """The model side adds no host read to a Trainer step: build_transformer + translation_loss, host
+    reads counted in the steps of fit outside its log steps and guard reports (notebook 11's Trainer)."""
+    from transformer_lib.data import Batch
+    from transformer_lib.model import TransformerConfig, build_transformer
+    from transformer_lib.training import LabelSmoothingLoss, Trainer, make_optimizer, translation_loss
+    pairs = [([4, 5, 6, 7][: 1 + i % 4], [1] + [3 + (i + j) % 7 for j in range(1 + i % 3)] + [2]) for i in range(32)]
+    batches = [Batch.from_examples(pairs[i:i + 8], pad_id=0) for i in range(0, 32, 8)]
+    torch.manual_seed(0)
+    model = build_transformer(TransformerConfig(12, 12, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1,
+                                                n_decoder_layers=1, max_len=16))
+    optimizer, scheduler = make_optimizer(model, d_model=16, warmup_steps=4)
+    criterion = LabelSmoothingLoss(0.1, ignore_index=0)
+    trainer = Trainer(model, lambda m, b: translation_loss(m, b, criterion), optimizer, lambda epoch: batches,
+                      scheduler, max_steps=8, log_every=4, progress=False)
+    if not getattr(optimizer, "_step_supports_amp_scaling", False):
+        pytest.skip("this PyTorch has no fused Adam on the CPU (torch < 2.4): the guard reads its flag on the host")
+    reads, logging = [], [0]
+
+    def allowing(method):                      # the log steps and the guard's report may read
+        def run(*args, **kwargs):
+            logging[0] += 1
+            try:
+                return method(*args, **kwargs)
+            finally:
+                logging[0] -= 1
+        return run
+    trainer._log, trainer._raise_on_fault = allowing(trainer._log), allowing(trainer._raise_on_fault)
+    originals = {name: getattr(torch.Tensor, name) for name in HOST_READS}
+
+    def counted(name):
+        def read(self, *args, **kwargs):
+            if not logging[0]:
+                reads.append((name, trainer.state.step))
+            return originals[name](self, *args, **kwargs)
+        return read
+    try:
+        for name in HOST_READS:
+            setattr(torch.Tensor, name, counted(name))
+        trainer.fit()
+    finally:
+        for name, method in originals.items():
+            setattr(torch.Tensor, name, method)
+    assert reads == [], f"host reads inside training steps: {reads[:10]}"
+    assert [h["step"] for h in trainer.state.history] == [4, 8]

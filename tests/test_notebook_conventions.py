@@ -128,3 +128,46 @@ def test_exercises_have_checkers_and_solutions(path):
         for output in cell.get("outputs", []):
             assert "not attempted yet" not in "".join(output.get("text", "")), \
                 f"solutions/{path.name} has an unsolved exercise"
+
+
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.name[:2] != "00"],
+                         ids=ids([p for p in NOTEBOOKS if p.name[:2] != "00"]))
+def test_exercises_link_their_solutions(path):
+    markdown = "\n".join(source(c) for c in cells(path, "markdown"))
+    exercises = markdown.split("## Exercises", 1)[-1]
+    assert f"(../solutions/{path.name})" in exercises, \
+        f"the exercises of {path.name} must link their solutions: [solutions/{path.name}](../solutions/{path.name})"
+
+
+@pytest.mark.parametrize("path", ALL, ids=ids(ALL))
+def test_folded_cells_are_folded_everywhere_and_explained(path):
+    """Hardening is folded, not deleted: a cell folded in Jupyter (`jupyter.source_hidden`) is also
+    folded on the site (the `hide-input` tag) and the other way round, and a markdown sentence right
+    above it says what it guards. The core idea itself is never folded: no folded cell is a check."""
+    found = cells(path)
+    for number, cell in enumerate(found):
+        if cell["cell_type"] != "code":
+            continue
+        hidden = cell.get("metadata", {}).get("jupyter", {}).get("source_hidden", False)
+        tagged = "hide-input" in cell.get("metadata", {}).get("tags", [])
+        assert hidden == tagged, (f"cell {number}: folded in Jupyter ({hidden}) but not on the site ({tagged}) "
+                                  "or the other way round; set both")
+        if hidden:
+            above = found[number - 1]
+            assert above["cell_type"] == "markdown" and source(above).strip(), \
+                f"cell {number} is folded: put one sentence above it that says what it guards"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=ids(NOTEBOOKS))
+def test_validation_cells_are_folded(path):
+    """An exported cell that only defines input checks (every function in it is a `_check_…`) is
+    hardening, not the idea: it must be folded, so the learner reads the component first."""
+    for number, cell in enumerate(cells(path, "code")):
+        text = source(cell)
+        if not text.startswith("#| export"):
+            continue
+        defined = re.findall(r"^(?:def|class) (\w+)", text, re.M)
+        if defined and all(name.startswith("_check") for name in defined):
+            assert cell.get("metadata", {}).get("jupyter", {}).get("source_hidden"), \
+                f"code cell {number} only defines checks ({', '.join(defined)}): fold it (jupyter.source_hidden " \
+                "and the hide-input tag) under one sentence saying what it guards"

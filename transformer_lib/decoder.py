@@ -5,14 +5,14 @@
 # %% auto #0
 __all__ = ['DecoderLayer', 'Decoder']
 
-# %% ../notebooks/08_decoder.ipynb #56111e64
+# %% ../notebooks/08_decoder.ipynb #a1f5efb6
 from torch import Tensor, nn
 
 from .encoder import _check_masks, _check_n_layers, _check_states   # the encoder's checks, shared
 from .multihead import MultiHeadAttention
 from .sublayers import LayerNorm, PositionwiseFeedForward, SublayerConnection
 
-
+# %% ../notebooks/08_decoder.ipynb #56111e64
 def _cached_length(cache: dict | None) -> int:
     """How many target positions a layer's cache already holds (0 for no cache or an empty one)."""
     if cache is None or "k" not in cache.get("self", {}):

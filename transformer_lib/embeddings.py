@@ -5,13 +5,15 @@
 # %% auto #0
 __all__ = ['TokenEmbedding']
 
-# %% ../notebooks/02_embeddings.ipynb #54d555ad
+# %% ../notebooks/02_embeddings.ipynb #86f5a974
 import math
 
 import torch
 from torch import nn
 
+from .device import defer_id_check
 
+# %% ../notebooks/02_embeddings.ipynb #54d555ad
 def _check_positive_int(name: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -23,20 +25,26 @@ def _check_padding_idx(padding_idx, vocab_size: int) -> None:
         raise ValueError(f"padding_idx must be None or an int in [0, {vocab_size}), got {padding_idx!r}")
 
 
-def _check_token_ids(tokens, vocab_size: int) -> None:
-    """Integer ids in [0, vocab_size), or a TypeError / ValueError that says what to fix."""
+def _check_token_ids(tokens, vocab_size: int) -> torch.Tensor:
+    """Integer ids in [0, vocab_size), or a TypeError / ValueError that says what to fix. Returns the
+    ids to look up: `tokens` itself, or inside a Trainer step, with wrong ids replaced by 0."""
     if not isinstance(tokens, torch.Tensor):
         raise TypeError(f"tokens must be a torch.Tensor of token ids, got {type(tokens).__name__}")
     if tokens.dtype not in (torch.long, torch.int32):
         raise TypeError(f"tokens must be an integer tensor (torch.long or torch.int32), got dtype "
                         f"{tokens.dtype}; token ids are indices, convert with tokens.long()")
-    if tokens.numel() > 0:
-        # One pass and one read back to the host (a GPU waits for it): aminmax, then a single tolist().
-        lo, hi = torch.stack(torch.aminmax(tokens)).tolist()
-        if lo < 0 or hi >= vocab_size:
-            raise ValueError(
-                f"token ids must lie in [0, {vocab_size}) for vocab_size={vocab_size}, "
-                f"but got min id {lo} and max id {hi}; does the tokenizer's vocabulary match the model's?")
+    if tokens.numel() == 0:
+        return tokens
+    wrong = defer_id_check(tokens, vocab_size, "token id")   # inside a Trainer step: kept on the device
+    if wrong is not None:                                     # (the Trainer raises at its next log step)
+        return tokens.masked_fill(wrong, 0)                   # never index outside the table meanwhile
+    # One pass and one read back to the host (a GPU waits for it): aminmax, then a single tolist().
+    lo, hi = torch.stack(torch.aminmax(tokens)).tolist()
+    if lo < 0 or hi >= vocab_size:
+        raise ValueError(
+            f"token ids must lie in [0, {vocab_size}) for vocab_size={vocab_size}, "
+            f"but got min id {lo} and max id {hi}; does the tokenizer's vocabulary match the model's?")
+    return tokens
 
 # %% ../notebooks/02_embeddings.ipynb #b2f88fc5
 class TokenEmbedding(nn.Module):
@@ -72,7 +80,7 @@ class TokenEmbedding(nn.Module):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """Look up each id's row and multiply it by sqrt(d_model); ids are checked first."""
-        _check_token_ids(tokens, self.vocab_size)
+        tokens = _check_token_ids(tokens, self.vocab_size)
         return self.embedding(tokens) * math.sqrt(self.d_model)  # (*, D)
 
     def extra_repr(self) -> str:

@@ -5,14 +5,14 @@
 # %% auto #0
 __all__ = ['EncoderLayer', 'Encoder']
 
-# %% ../notebooks/07_encoder.ipynb #13658a69
+# %% ../notebooks/07_encoder.ipynb #925e2733
 from torch import Tensor, nn
 
 from .attention import merge_masks
 from .multihead import MultiHeadAttention
 from .sublayers import LayerNorm, PositionwiseFeedForward, SublayerConnection
 
-
+# %% ../notebooks/07_encoder.ipynb #13658a69
 def _check_states(name: str, x: Tensor, d_model: int) -> None:
     """Raise if `x` is not a float tensor of shape (B, L, d_model)."""
     if not isinstance(x, Tensor):

@@ -29,46 +29,6 @@ def merge_heads(x: Tensor) -> Tensor:
     B, H, L, d_k = x.shape
     return x.transpose(1, 2).reshape(B, L, H * d_k)  # (B, L, H, d_k) -> (B, L, D)
 
-# %% ../notebooks/05_multihead_attention.ipynb #7df8fe1b
-def _check_sizes(d_model, n_heads, dropout) -> None:
-    for name, value in (("d_model", d_model), ("n_heads", n_heads)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
-    if d_model % n_heads:
-        raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}; "
-                         f"choose n_heads among the divisors of d_model")
-    _check_dropout("dropout", dropout)
-
-# %% ../notebooks/05_multihead_attention.ipynb #bcb1b5e3
-_TO_METHOD = {torch.float64: "double", torch.float32: "float", torch.float16: "half", torch.bfloat16: "bfloat16"}
-
-
-def _autocast_enabled(device_type: str) -> bool:
-    try:
-        return torch.is_autocast_enabled(device_type)
-    except TypeError:  # torch < 2.4 has no device argument
-        return torch.is_autocast_enabled() if device_type == "cuda" else torch.is_autocast_cpu_enabled()
-
-
-def _check_inputs(layer, query: Tensor, key: Tensor, value: Tensor) -> None:
-    for name, x in (("query", query), ("key", key), ("value", value)):
-        if not isinstance(x, Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-        if x.dim() != 3 or x.size(-1) != layer.d_model:
-            raise ValueError(f"{name} must have shape (B, L, d_model={layer.d_model}), got {tuple(x.shape)}")
-    weight_dtype = layer.q_proj.weight.dtype
-    if not _autocast_enabled(query.device.type):
-        for name, x in (("query", query), ("key", key), ("value", value)):
-            if x.dtype != weight_dtype:
-                model_fix = f".{_TO_METHOD[x.dtype]}()" if x.dtype in _TO_METHOD else f".to({x.dtype})"
-                raise TypeError(f"{name} has dtype {x.dtype} but the layer's weights are {weight_dtype}; "
-                                f"convert with .to({weight_dtype}) or the model with {model_fix}")
-    if not (query.size(0) == key.size(0) == value.size(0)):
-        raise ValueError(f"query, key and value must have the same batch size B, got "
-                         f"{query.size(0)}, {key.size(0)} and {value.size(0)}")
-    if key.size(1) != value.size(1):
-        raise ValueError(f"key and value must have the same length Lk, got {key.size(1)} and {value.size(1)}")
-
 # %% ../notebooks/05_multihead_attention.ipynb #d4324c92
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1, ..., head_H) W^O, head_i = Attention(Q W^Q_i, K W^K_i, V W^V_i).
@@ -109,6 +69,46 @@ class MultiHeadAttention(nn.Module):
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, n_heads={self.n_heads}, dropout={self.dropout}, fused={self.fused}"
+
+# %% ../notebooks/05_multihead_attention.ipynb #7df8fe1b
+def _check_sizes(d_model, n_heads, dropout) -> None:
+    for name, value in (("d_model", d_model), ("n_heads", n_heads)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if d_model % n_heads:
+        raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}; "
+                         f"choose n_heads among the divisors of d_model")
+    _check_dropout("dropout", dropout)
+
+# %% ../notebooks/05_multihead_attention.ipynb #bcb1b5e3
+_TO_METHOD = {torch.float64: "double", torch.float32: "float", torch.float16: "half", torch.bfloat16: "bfloat16"}
+
+
+def _autocast_enabled(device_type: str) -> bool:
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except TypeError:  # torch < 2.4 has no device argument
+        return torch.is_autocast_enabled() if device_type == "cuda" else torch.is_autocast_cpu_enabled()
+
+
+def _check_inputs(layer, query: Tensor, key: Tensor, value: Tensor) -> None:
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.dim() != 3 or x.size(-1) != layer.d_model:
+            raise ValueError(f"{name} must have shape (B, L, d_model={layer.d_model}), got {tuple(x.shape)}")
+    weight_dtype = layer.q_proj.weight.dtype
+    if not _autocast_enabled(query.device.type):
+        for name, x in (("query", query), ("key", key), ("value", value)):
+            if x.dtype != weight_dtype:
+                model_fix = f".{_TO_METHOD[x.dtype]}()" if x.dtype in _TO_METHOD else f".to({x.dtype})"
+                raise TypeError(f"{name} has dtype {x.dtype} but the layer's weights are {weight_dtype}; "
+                                f"convert with .to({weight_dtype}) or the model with {model_fix}")
+    if not (query.size(0) == key.size(0) == value.size(0)):
+        raise ValueError(f"query, key and value must have the same batch size B, got "
+                         f"{query.size(0)}, {key.size(0)} and {value.size(0)}")
+    if key.size(1) != value.size(1):
+        raise ValueError(f"key and value must have the same length Lk, got {key.size(1)} and {value.size(1)}")
 
 # %% ../notebooks/05_multihead_attention.ipynb #2e4bea30
 def _cache_key_len(cache: dict, query: Tensor, key: Tensor, static_kv: bool) -> int:

@@ -5,13 +5,13 @@
 # %% auto #0
 __all__ = ['sinusoidal_table', 'PositionalEncoding']
 
-# %% ../notebooks/03_positional_encoding.ipynb #74cb615c
+# %% ../notebooks/03_positional_encoding.ipynb #86bb7e0b
 import math
 
 import torch
 from torch import nn
 
-
+# %% ../notebooks/03_positional_encoding.ipynb #74cb615c
 def _check_positive_int(name: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"{name} must be a positive int, got {value!r}")

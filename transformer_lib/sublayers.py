@@ -5,14 +5,14 @@
 # %% auto #0
 __all__ = ['PositionwiseFeedForward', 'LayerNorm', 'SublayerConnection']
 
-# %% ../notebooks/06_feed_forward_residual_layernorm.ipynb #8599e791
+# %% ../notebooks/06_feed_forward_residual_layernorm.ipynb #f8c609ca
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-
+# %% ../notebooks/06_feed_forward_residual_layernorm.ipynb #8599e791
 def _check_positive_int(name: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
