@@ -231,3 +231,28 @@ def test_interrupt_message_says_what_was_kept(step, phase, words):
     """The one line printed for a signal in each phase of `train` (the first case runs for real above)."""
     from transformer_lib.cli import _Stopped
     assert _Stopped(signal.SIGINT, step, phase).message(Path("R"), "CMD") == words
+
+
+def test_compile_pads_batches_to_a_multiple_of_8(tmp_path, monkeypatch, capsys):
+    """`train --compile` pads every batch to a multiple of 8 (few shapes to compile for), records it,
+    and a resume without --compile, whose batches would differ, is refused naming --compile. The
+    compilation itself is mocked (minutes on a CPU; tests/test_compile.py compiles for real)."""
+    import torch
+    from transformer_lib.cli import main
+    from transformer_lib.data import TranslationData
+    compiled, shapes, batches = [], set(), TranslationData.batches
+
+    def spy(self, *args, **kwargs):
+        made = batches(self, *args, **kwargs)
+        shapes.update((b.src.size(1) % 8, b.tgt_in.size(1) % 8) for b in made)
+        return made
+    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kwargs: compiled.append(kwargs))
+    monkeypatch.setattr(TranslationData, "batches", spy)
+    run = tmp_path / "run"
+    settings = [arg for arg in TINY if arg not in ("--max-steps", "100")]
+    assert main(["train", "--run", str(run), *settings, "--max-steps", "2", "--compile"]) == 0
+    assert compiled == [{"dynamic": True}] and shapes == {(0, 0)}
+    assert json.loads((run / "config.json").read_text())["pad_to_multiple"] == 8
+    capsys.readouterr()
+    assert main(["train", "--run", str(run), *settings, "--max-steps", "3"]) == 2
+    assert "pad_to_multiple 8 -> 1 (--compile" in capsys.readouterr().err

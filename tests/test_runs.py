@@ -303,3 +303,19 @@ def test_output_onto_a_file_of_a_run_is_refused(tmp_path):
             runs.check_not_a_run_file(tmp_path / name, "--output")
     runs.check_not_a_run_file(tmp_path / "metrics.json", "--output")
     runs.check_not_a_run_file(tmp_path / "elsewhere" / runs.CONFIG, "--output")     # not a run folder
+
+
+def test_batches_padded_for_compile_must_match_on_resume(tmp_path):
+    """--compile pads batches to a multiple of 8, which makes other batches: a resume must agree. A
+    run that does not record it was padded to 1."""
+    padded = runs.new_config(TransformerConfig(50, 50, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1,
+                                               n_decoder_layers=1, max_len=32), "builtin", None, None, None, 50, 1,
+                             1, a_config()["training"], "sha256:0", {"sha256": "0", "count": 3}, pad_to_multiple=8)
+    with pytest.raises(RunError, match=r"pad_to_multiple 1 -> 8 \(--compile"):
+        runs.check_same_run(tmp_path, a_config(), padded)
+    unrecorded = a_config()
+    del unrecorded["pad_to_multiple"]
+    runs.check_same_run(tmp_path, unrecorded, a_config())
+    runs.write_json(tmp_path / runs.CONFIG, edited(["pad_to_multiple"], 0)(a_config()))
+    with pytest.raises(RunError, match='"pad_to_multiple" is 0'):
+        runs.read_config(tmp_path)

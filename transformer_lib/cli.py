@@ -39,6 +39,7 @@ AMP_CHOICES = ("auto", "bf16", "fp16", "none")
 # `--amp auto` on a CPU with bf16 instructions times 32 training steps (4 batches, 4 rounds, 2 precisions,
 # `device.faster_cpu_autocast`): done only for runs of at least this many steps (or a --time-budget).
 AMP_MEASURE_MIN_STEPS = 1000
+COMPILE_PAD_TO_MULTIPLE = 8     # `train --compile` pads S and T of each batch to a multiple of this
 INT_LIMIT = 2 ** 31 - 1     # the largest count or size an option takes (torch sizes are 64-bit, but no run needs more)
 
 
@@ -149,7 +150,9 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
                             "or a CPU; fp16: CUDA; none: float32")
     train.add_argument("--threads", type=_checked_number(int, lambda v: 0 < v <= 1024, "an integer in [1, 1024]"),
                        default=None, help="CPU threads for torch")
-    train.add_argument("--compile", action="store_true", help="torch.compile the model (minutes up front; pays on GPUs)")
+    train.add_argument("--compile", action="store_true",
+                       help="torch.compile the model (minutes up front; pays on GPUs); batches are padded to a "
+                            f"multiple of {COMPILE_PAD_TO_MULTIPLE}, so a run resumes only with or only without it")
     train.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
@@ -262,7 +265,12 @@ def _run_meta(args, config, world_size: int, tokenizer_fingerprint: str = "", tr
     training = {"seed": args.seed, "max_tokens": args.max_tokens, "warmup": args.warmup, "lr_factor": args.lr_factor,
                 "label_smoothing": args.label_smoothing}
     return runs.new_config(config, args.data, args.src_lang, args.tgt_lang, args.data_dir, args.vocab_size, world_size,
-                           args.accumulate, training, tokenizer_fingerprint, train_pairs or {})
+                           args.accumulate, training, tokenizer_fingerprint, train_pairs or {}, _pad_to_multiple(args))
+
+
+def _pad_to_multiple(args) -> int:
+    """Batches of a compiled model are padded to a multiple of 8: few shapes, so few recompilations."""
+    return COMPILE_PAD_TO_MULTIPLE if args.compile else 1
 
 
 # --- train -----------------------------------------------------------------------------------------
@@ -375,7 +383,8 @@ def _prepare_run(args, device, world_size: int, write: bool) -> dict:
         config = _config_from_args(args, tokenizer.vocab_size, tokenizer.pad_id)
         model = build_transformer(config).to(device)
     try:
-        data = TranslationData(train_pairs, tokenizer, args.max_tokens, max_len=config.max_len)
+        data = TranslationData(train_pairs, tokenizer, args.max_tokens, max_len=config.max_len,
+                               pad_to_multiple=_pad_to_multiple(args))
     except ValueError as error:
         if "max_tokens" not in str(error):
             raise
@@ -395,8 +404,8 @@ def _prepare_run(args, device, world_size: int, write: bool) -> dict:
     if args.validate_every and args.data != "opus_books":     # the Hub's opus_books has a train split only
         valid_pairs = load_pairs(args.data, "valid", src_lang=args.src_lang, tgt_lang=args.tgt_lang,
                                  data_dir=args.data_dir)
-        valid_batches = TranslationData(valid_pairs, tokenizer, args.max_tokens, max_len=config.max_len).batches(
-            0, shuffle=False)
+        valid_batches = TranslationData(valid_pairs, tokenizer, args.max_tokens, max_len=config.max_len,
+                                        pad_to_multiple=_pad_to_multiple(args)).batches(0, shuffle=False)
         validate = lambda m: validation_loss(m, valid_batches, loss_fn)   # noqa: E731
     amp = _run_amp(args, device, old_meta, model, data, loss_fn)
     # Everything checked: only now is the run folder written (config.json last, so its presence means

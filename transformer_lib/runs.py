@@ -38,7 +38,8 @@ OPTION_OF_FIELD = {"d_model": "--d-model", "n_heads": "--heads", "d_ff": "--d-ff
                    "vocab_size": "--vocab-size", "data": "--data", "src_lang": "--src-lang", "tgt_lang": "--tgt-lang",
                    "attention_dropout": "--attention-dropout", "activation_dropout": "--activation-dropout",
                    "seed": "--seed", "max_tokens": "--max-tokens", "warmup": "--warmup", "lr_factor": "--lr-factor",
-                   "label_smoothing": "--label-smoothing"}
+                   "label_smoothing": "--label-smoothing",
+                   "pad_to_multiple": "--compile, which pads batches to a multiple of 8 and so makes other batches"}
 # Corpus languages when --src-lang/--tgt-lang are left out (as in load_pairs), so "de" and None compare equal.
 DEFAULT_LANGS = {"builtin": (None, None), "multi30k": ("de", "en"), "opus_books": ("en", "it")}
 SEED_LIMIT = 2 ** 32          # seeds are in [0, SEED_LIMIT)
@@ -174,7 +175,7 @@ _OPTIONAL_TEXT = (lambda v: v is None or (isinstance(v, str) and v.strip() != ""
 _TOP_LEVEL = {"data": (lambda v: v in CORPORA, f"one of {', '.join(CORPORA)}"),
               "src_lang": _OPTIONAL_TEXT, "tgt_lang": _OPTIONAL_TEXT, "data_dir": _OPTIONAL_TEXT,
               "vocab_size": (lambda v: v is None or _int(1)[0](v), "null or an integer >= 1"),
-              "processes": _int(1), "accumulate": _int(1),
+              "processes": _int(1), "accumulate": _int(1), "pad_to_multiple": _int(1),
               "amp": (lambda v: v in AMP_DTYPES, f"one of {', '.join(AMP_DTYPES)}")}
 _TRAINING = {"seed": _int(0, SEED_LIMIT), "max_tokens": _int(1), "warmup": _int(1),
              "lr_factor": _number(0, open_low=True), "label_smoothing": _number(0, 1)}
@@ -252,13 +253,14 @@ def read_config(run: Path):
 
 
 def new_config(config, data: str, src_lang, tgt_lang, data_dir, vocab_size: int, processes: int, accumulate: int,
-               training: dict, tokenizer_fingerprint: str, train_pairs: dict) -> dict:
-    """The config.json of a run: what decides its model, tokenizer, data and updates."""
+               training: dict, tokenizer_fingerprint: str, train_pairs: dict, pad_to_multiple: int = 1) -> dict:
+    """The config.json of a run: what decides its model, tokenizer, data, batches and updates."""
     default_src, default_tgt = DEFAULT_LANGS[data]
     return {"format": FORMAT, "model": dataclasses.asdict(config), "data": data, "src_lang": src_lang or default_src,
             "tgt_lang": tgt_lang or default_tgt, "data_dir": None if data_dir is None else str(data_dir),
             "vocab_size": vocab_size, "processes": processes, "accumulate": accumulate, "training": dict(training),
-            "fingerprints": {"tokenizer": tokenizer_fingerprint, "train_pairs": train_pairs}}
+            "pad_to_multiple": pad_to_multiple, "fingerprints": {"tokenizer": tokenizer_fingerprint,
+                                                                 "train_pairs": train_pairs}}
 
 
 def check_same_run(run: Path, old: dict, new: dict) -> None:
@@ -268,7 +270,7 @@ def check_same_run(run: Path, old: dict, new: dict) -> None:
         src_lang, tgt_lang = DEFAULT_LANGS.get(meta.get("data"), (None, None))
         return {**meta.get("model", {}), "data": meta.get("data"), "src_lang": meta.get("src_lang") or src_lang,
                 "tgt_lang": meta.get("tgt_lang") or tgt_lang, "vocab_size": meta.get("vocab_size"),
-                **meta.get("training", {})}
+                "pad_to_multiple": meta.get("pad_to_multiple", 1), **meta.get("training", {})}
     was, now = settings(old), settings(new)
     for key in now:
         if key not in was or was[key] is None and key == "vocab_size":
