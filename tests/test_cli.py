@@ -255,4 +255,6 @@ def test_compile_pads_batches_to_a_multiple_of_8(tmp_path, monkeypatch, capsys):
     assert json.loads((run / "config.json").read_text())["pad_to_multiple"] == 8
     capsys.readouterr()
     assert main(["train", "--run", str(run), *settings, "--max-steps", "3"]) == 2
-    assert "pad_to_multiple 8 -> 1 (--compile" in capsys.readouterr().err
+    assert "pad_to_multiple 8 -> 1 (--pad-to-multiple, or --compile" in capsys.readouterr().err
+    assert main(["train", "--run", str(run), *settings, "--max-steps", "3", "--pad-to-multiple", "8"]) == 0
+    assert compiled == [{"dynamic": True}]          # the same batches, eager: resumed without compiling

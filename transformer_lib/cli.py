@@ -152,7 +152,11 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
                        default=None, help="CPU threads for torch")
     train.add_argument("--compile", action="store_true",
                        help="torch.compile the model (minutes up front; pays on GPUs); batches are padded to a "
-                            f"multiple of {COMPILE_PAD_TO_MULTIPLE}, so a run resumes only with or only without it")
+                            f"multiple of {COMPILE_PAD_TO_MULTIPLE} unless --pad-to-multiple says otherwise")
+    train.add_argument("--pad-to-multiple", type=positive_int, default=None,
+                       help=f"pad each batch's lengths to a multiple of this (default {COMPILE_PAD_TO_MULTIPLE} with "
+                            "--compile, else 1); it decides which sentences share a batch, so a run resumes only "
+                            "with the value it began with")
     train.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
@@ -270,6 +274,8 @@ def _run_meta(args, config, world_size: int, tokenizer_fingerprint: str = "", tr
 
 def _pad_to_multiple(args) -> int:
     """Batches of a compiled model are padded to a multiple of 8: few shapes, so few recompilations."""
+    if args.pad_to_multiple is not None:
+        return args.pad_to_multiple
     return COMPILE_PAD_TO_MULTIPLE if args.compile else 1
 
 

@@ -39,7 +39,7 @@ OPTION_OF_FIELD = {"d_model": "--d-model", "n_heads": "--heads", "d_ff": "--d-ff
                    "attention_dropout": "--attention-dropout", "activation_dropout": "--activation-dropout",
                    "seed": "--seed", "max_tokens": "--max-tokens", "warmup": "--warmup", "lr_factor": "--lr-factor",
                    "label_smoothing": "--label-smoothing",
-                   "pad_to_multiple": "--compile, which pads batches to a multiple of 8 and so makes other batches"}
+                   "pad_to_multiple": "--pad-to-multiple, or --compile, which pads batches to a multiple of 8 and so makes other batches"}
 # Corpus languages when --src-lang/--tgt-lang are left out (as in load_pairs), so "de" and None compare equal.
 DEFAULT_LANGS = {"builtin": (None, None), "multi30k": ("de", "en"), "opus_books": ("en", "it")}
 SEED_LIMIT = 2 ** 32          # seeds are in [0, SEED_LIMIT)
