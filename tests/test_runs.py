@@ -311,7 +311,7 @@ def test_batches_padded_for_compile_must_match_on_resume(tmp_path):
     padded = runs.new_config(TransformerConfig(50, 50, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1,
                                                n_decoder_layers=1, max_len=32), "builtin", None, None, None, 50, 1,
                              1, a_config()["training"], "sha256:0", {"sha256": "0", "count": 3}, pad_to_multiple=8)
-    with pytest.raises(RunError, match=r"pad_to_multiple 1 -> 8 \(--compile"):
+    with pytest.raises(RunError, match=r"pad_to_multiple 1 -> 8 \(--pad-to-multiple, or --compile"):
         runs.check_same_run(tmp_path, a_config(), padded)
     unrecorded = a_config()
     del unrecorded["pad_to_multiple"]
