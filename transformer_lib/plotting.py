@@ -1,12 +1,70 @@
-"""Drawing helpers for the notebooks: the architecture diagram of notebook 00 and the word-alignment plot.
+"""Drawing helpers for the notebooks: the course's figure style, the architecture diagram of notebook
+00, the word-alignment plot and notebook 14's all-reduce picture.
 
 Hand-written, not exported: these are matplotlib drawing code, not part of the Transformer, and a
 notebook cell full of box coordinates would bury the ideas it illustrates (house style: "drawing and
 plotting helpers live out of the way"). The notebooks call them and save the figures with
 `transformer_lib.course.save_figure`.
+
+Figures a phone can read: on a 390 px wide phone the course website shows a figure at most
+PHONE_FIGURE_CSS_PX wide, so text of `pt` points in a PNG of `width` pixels at `dpi` appears
+`pt * dpi / 72 * PHONE_FIGURE_CSS_PX / width` CSS pixels tall (`text_css_px`). `use_course_style()`
+makes SMALLEST_FONT_PT the smallest font of every figure and, in a notebook, writes the smallest
+font a figure really uses into its PNG (a tEXt entry named TEXT_SIZE_KEY), so the text size of every
+stored figure can be measured from the PNG alone (tests/test_notebook_conventions.py does).
 """
+import matplotlib
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyBboxPatch
+
+PHONE_FIGURE_CSS_PX = 350     # the article column of the website on a 390 px phone
+MIN_TEXT_CSS_PX = 8           # the smallest text a phone reader can read without a tap
+FIGURE_DPI = 100
+SMALLEST_FONT_PT = 12         # font.size of the course style; no text of a course figure is smaller
+# The widest PNG whose SMALLEST_FONT_PT text is still MIN_TEXT_CSS_PX tall on a phone: 729 px (7.3 in).
+MAX_PHONE_WIDTH_PX = int(SMALLEST_FONT_PT * FIGURE_DPI / 72 * PHONE_FIGURE_CSS_PX / MIN_TEXT_CSS_PX)
+TEXT_SIZE_KEY = "Smallest font (pt)"
+COURSE_RC = {"font.size": SMALLEST_FONT_PT, "axes.titlesize": "large", "axes.labelsize": "medium",
+             "xtick.labelsize": "medium", "ytick.labelsize": "medium", "legend.fontsize": "medium",
+             "legend.title_fontsize": "medium", "figure.titlesize": "large", "figure.dpi": FIGURE_DPI,
+             "savefig.dpi": FIGURE_DPI, "figure.figsize": (6.4, 4.2)}
+
+
+def text_css_px(font_pt: float, png_width_px: int, dpi: float = FIGURE_DPI) -> float:
+    """How tall text of `font_pt` points in a PNG `png_width_px` wide looks on a 390 px phone, in CSS px
+    (the site never enlarges a figure beyond its natural size)."""
+    return font_pt * dpi / 72 * min(1.0, PHONE_FIGURE_CSS_PX / png_width_px)
+
+
+def smallest_font_pt(fig) -> float | None:
+    """The smallest font size, in points, of the visible non-empty text of `fig` (None if it has none)."""
+    fig.canvas.draw()                        # tick labels get their text when the figure is drawn
+    sizes = [text.get_fontsize() for text in fig.findobj(matplotlib.text.Text)
+             if text.get_visible() and text.get_text().strip()]
+    return min(sizes, default=None)
+
+
+def _png_with_text_size(fig):
+    """IPython's PNG of `fig` (as the inline backend makes it), with its smallest font size recorded."""
+    from IPython.core.pylabtools import print_figure
+
+    smallest = smallest_font_pt(fig)
+    metadata = {"Software": None} | ({TEXT_SIZE_KEY: f"{smallest:g}"} if smallest is not None else {})
+    return print_figure(fig, "png", base64=True, metadata=metadata)
+
+
+def use_course_style() -> None:
+    """Draw the figures that follow in the course style (SMALLEST_FONT_PT and up, FIGURE_DPI) and, inside
+    IPython, record each shown figure's smallest font size in its PNG. Call it after `%matplotlib inline`."""
+    plt.rcParams.update(COURSE_RC)
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is not None:
+        from matplotlib.figure import Figure
+        shell.display_formatter.formatters["image/png"].for_type(Figure, _png_with_text_size)
 
 COLOURS = {"embed": "#f6c6c6", "attention": "#f9d9a6", "norm": "#fff3b0", "ffn": "#bfe0f5",
            "output": "#d9c8ef", "stack": "#f2f2f2"}
