@@ -48,7 +48,7 @@ def lookup_matmul_2d(tokens, weight):
     (lambda tokens, weight: lookup(tokens.clamp(max=3), weight), "pick row t"),
     (lambda tokens, weight: F.one_hot(tokens, weight.size(0)).double() @ weight.double(), "dtype torch.float64"),
     (lambda tokens, weight: weight[tokens], "that is a lookup"),
-    (lambda tokens, weight: F.embedding(tokens, weight), "that is a lookup"),
+    (lambda tokens, weight: F.embedding(tokens, weight), "that is a lookup|is the lookup itself"),
 ])
 def test_lookup_slips_are_named(wrong, message):
     with pytest.raises(AssertionError, match=message):
@@ -100,6 +100,46 @@ def test_scaled_slips_are_named(wrong, message):
         check_scaled_embedding(wrong)
 
 
-@pytest.mark.parametrize("right", [Scaled, TokenEmbedding, ScaledParameter])
+class ScaledFunctional(nn.Module):
+    """Another right answer: a weight of its own, F.embedding, the scale as a buffer."""
+
+    def __init__(self, vocab_size, d_model):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(vocab_size, d_model).normal_(0.0, 1.0 / math.sqrt(d_model)))
+        self.register_buffer("scale", torch.tensor(float(d_model)).sqrt())
+
+    def forward(self, tokens):
+        return F.embedding(tokens, self.weight) * self.scale
+
+
+@pytest.mark.parametrize("right", [Scaled, ScaledParameter, ScaledFunctional])
 def test_scaled_right_answers(right):
     assert accepted(check_scaled_embedding, right)
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (lambda v, d: Scaled(v, d, scale=16.0), r"times 16; for d_model=100 the scale is sqrt\(d_model\) = 10"),
+    (lambda v, d: Scaled(v, d, std=1 / 16), r"std 0.062|N\(0, 1/d_model\)"),
+    (TokenEmbedding, "that is the course's TokenEmbedding"),
+])
+def test_scaled_more_slips_are_named(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_scaled_embedding(wrong)
+
+
+def lookup_in_place(tokens, weight):
+    tokens.clamp_(max=weight.size(0) - 1)                                # harmless here, but it edits the input
+    return lookup(tokens, weight)
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (lambda tokens, weight: F.one_hot(tokens, weight.size(0)).float() @ weight, "RuntimeError.*weight's dtype"),
+    (lambda tokens, weight: lookup(tokens, weight.index_fill_(0, torch.tensor([0]), 0.0)),
+     "changed its input `weight` in place"),
+    (lambda tokens, weight: nn.functional.embedding(tokens, weight), "F.embedding .* is the lookup itself"),
+    (lambda tokens, weight: torch.tensor([[[0., 1, 2], [12, 13, 14], [12, 13, 14], [3, 4, 5]],
+                                          [[6, 7, 8], [9, 10, 11], [0, 1, 2], [0, 1, 2]]]), "expected shape|pick row"),
+])
+def test_lookup_more_slips_are_named(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_one_hot_lookup(wrong)

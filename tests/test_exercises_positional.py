@@ -148,7 +148,7 @@ class ParameterTable(nn.Module):
     (PositionsOnly, "not the position vectors alone"),
     (FrozenTable, "buffer is not trained"),
     (ClampedPositions, "must raise an error"),
-    (InPlace, "changed x in place"),
+    (InPlace, "changed its input `x` in place"),
     (BatchAsLength, "must not depend on the sentence"),
     (SameRowEverywhere, "positions 0 and 1 got the same vector"),
 ])
@@ -160,3 +160,69 @@ def test_learned_slips_are_named(wrong, message):
 @pytest.mark.parametrize("right", [Learned, ParameterTable])
 def test_learned_right_answers(right):
     assert accepted(check_learned_positions, right)
+
+
+class ZeroInit(Learned):
+    """A right answer the statement allows: the table starts at zeros (training fills it)."""
+
+    def __init__(self, d_model, max_len):
+        super().__init__(d_model, max_len)
+        nn.init.zeros_(self.table.weight)
+
+
+class TransposedParameter(nn.Module):
+    """Another right answer: the table stored as (d_model, max_len)."""
+
+    def __init__(self, d_model, max_len):
+        super().__init__()
+        self.table = nn.Parameter(torch.zeros(d_model, max_len))
+
+    def forward(self, x):
+        return x + self.table[:, torch.arange(x.size(1))].T
+
+
+@pytest.mark.parametrize("right", [ZeroInit, TransposedParameter])
+def test_learned_more_right_answers(right):
+    assert accepted(check_learned_positions, right)
+
+
+class FromOne(Learned):
+    def forward(self, x):
+        return x + self.table(torch.arange(1, x.size(1) + 1).clamp(max=self.table.num_embeddings - 1))
+
+
+class HardWired(Learned):
+    def forward(self, x):
+        return x + self.table(torch.arange(7))                       # the fixed case's length
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (FromOne, "must train exactly rows 0..6"),
+    (HardWired, "RuntimeError"),
+])
+def test_learned_more_slips_are_named(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_learned_positions(wrong)
+
+
+def loop_table_columns_twice(max_len, d_model):
+    table = torch.zeros(max_len, d_model, dtype=torch.float64)
+    for pos in range(max_len):
+        for c in range(0, d_model, 2):
+            angle = pos / 10000 ** (2 * c / d_model)
+            table[pos, c], table[pos, c + 1] = math.sin(angle), math.cos(angle)
+    return table
+
+
+def loop_table_memorised(max_len, d_model):
+    from transformer_lib.positional import sinusoidal_table
+    return sinusoidal_table(max_len, d_model).double()
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (loop_table_columns_twice, "counts pairs twice"),
+    (loop_table_memorised, "sinusoidal_table is the course's own table"),
+])
+def test_loop_table_more_slips_are_named(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_loop_table(wrong)

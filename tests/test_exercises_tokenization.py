@@ -165,3 +165,60 @@ def test_join_agrees_with_the_course_tokenizer():
     for text in texts[:3]:
         ids = tokenizer.encode(text, add_special_tokens=False)
         assert join([tokenizer.id_to_token(i) for i in ids]) == tokenizer.decode(ids) == text
+
+
+class LastTextOnly(Word):
+    """The vocabulary is rebuilt for every text, so only the last text's words are known."""
+
+    def __init__(self, texts):
+        for text in texts:
+            super().__init__([text])
+
+
+class SortsInPlace(Word):
+    def __init__(self, texts):
+        texts.sort()                                               # changes the caller's list
+        super().__init__(texts)
+
+
+class Memorised:
+    """A table of the fixed sentences' ids: passes nothing the checker draws afresh."""
+    table = {"the": 15, "cat": 3, "chased": 5, "a": 1, "dog": 6, "la": 9, "miro": 10, "vaskon": 14, "casis": 4,
+             "will": 16, "rest": 12, "rested": 13}
+
+    def __init__(self, texts):
+        self.back = {i: w for w, i in self.table.items()} | {0: "<unk>"}
+
+    def encode(self, text):
+        return [self.table.get(w, 0) for w in text.split()]
+
+    def decode(self, ids):
+        return " ".join(self.back[i] for i in ids)
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (LastTextOnly, "EVERY text"),
+    (SortsInPlace, "changed its input `texts` in place"),
+    (Memorised, "got id 0|ids 1 ..|KeyError|sorted order"),
+])
+def test_word_more_slips_are_named(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_word_tokenizer(wrong)
+
+
+def join_pop(tokens):
+    text = ""
+    while tokens:                                                  # empties the caller's list
+        text += tokens.pop(0).replace("▁", " ")
+    return text[1:]
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (lambda tokens: " ".join("".join(tokens).replace("▁", " ").split()), "a lone ▁ is a space too"),
+    (join_pop, "changed its input `tokens` in place"),
+    (lambda tokens: {("▁la", "▁mir", "ojn", "▁cas", "is"): "la mirojn casis", (): ""}.get(tuple(tokens), "?"),
+     "expected"),
+])
+def test_join_more_slips_are_named(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_join_pieces(wrong)

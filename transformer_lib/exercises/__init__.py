@@ -10,12 +10,23 @@ the learner's function on small inputs and compares it with the course's own cod
 * a wrong answer raises AssertionError with a message that says what is wrong; where a plausible
   mistake explains the answer, the checker computes that mistaken variant too and names it;
 * an exception raised inside the learner's function becomes an AssertionError that names it, the
-  input that caused it and a hint (`call`); an exception in the checker itself is left alone.
+  input that caused it and a hint (`call`); an exception in the checker itself is left alone;
+* on top of fixed cases that catch each usual slip, a checker draws fresh random cases on every call
+  (`guards.fresh_generator`), refuses the shortcuts the statement forbids (`guards.Refuse`) and checks
+  that the learner's function leaves its inputs unchanged; the learner's random state is restored.
 
 Checkers return None, so that a notebook cell that ends with `check_…(f)` prints only the message.
 The solutions are in `solutions/NN_*.ipynb` of the repository, apart from the notebooks.
 """
-from collections.abc import Callable
+import random
+from collections.abc import Callable, Sequence
+
+import torch
+
+from transformer_lib.exercises.guards import (MATRIX_PRODUCTS, Refuse, first_change, fresh_generator, fresh_random,
+                                              matrix_product, refusing, snapshot)
+
+__all__ = ["MATRIX_PRODUCTS", "Refuse", "call", "fresh_generator", "fresh_random", "matrix_product", "run_checker"]
 
 # What an exception usually means in a learner's answer, when the checker has no more precise hint.
 _HINTS = {
@@ -32,7 +43,7 @@ _HINTS = {
 
 
 def call(function: Callable, *args, on: str, hint: str | Callable[[Exception], str | None] | None = None,
-         **kwargs):
+         refuse: Sequence[Refuse] = (), keep_inputs: bool = True, **kwargs):
     """Call the learner's `function(*args, **kwargs)` for a checker and return what it returns.
 
     An exception raised inside it becomes an AssertionError that says which exception, on which input
@@ -40,20 +51,29 @@ def call(function: Callable, *args, on: str, hint: str | Callable[[Exception], s
     message puts after "when given"), and what it usually means: `hint` (a text, or a function of the
     exception that returns one or None), else a generic hint for its type. NotImplementedError
     (the unfilled stub) and AssertionError (a checker's own message, raised from a patched function)
-    pass through unchanged.
+    pass through unchanged. While it runs, each call named in `refuse` raises its message; with
+    `keep_inputs`, an argument it changed in place (tensor, list, a module's weights) is named.
     """
+    before = ([snapshot(value) for value in args], {key: snapshot(value) for key, value in kwargs.items()}) if keep_inputs else None
+    name = getattr(function, "__name__", None) or type(function).__name__
     try:
-        return function(*args, **kwargs)
+        with refusing(refuse):
+            result = function(*args, **kwargs)
     except (NotImplementedError, AssertionError):
         raise
     except Exception as error:
         text = hint(error) if callable(hint) else hint
         if not text:
             text = next((h for kind, h in _HINTS.items() if isinstance(error, kind)), "read the traceback above")
-        name = getattr(function, "__name__", None) or type(function).__name__
         first = on.split(" ", 1)[0]
         when = "when" if first.endswith("ing") or first == "the" else "when given"
         raise AssertionError(f"your {name} raised {type(error).__name__} ({error}) {when} {on}: {text}") from error
+    changed = first_change(function, before, args, kwargs) if keep_inputs else None
+    if changed is not None:
+        raise AssertionError(f"your {name} changed its input `{changed}` in place (given {on}): leave the inputs "
+                             "as they are and compute on new tensors or lists (y = x + ..., not x += ..., "
+                             "x[...] = ... or list.append on an argument; .clone() or list(...) first)")
+    return result
 
 
 def run_checker(exercise: str, your_function: Callable, check: Callable[[Callable], None]) -> None:
@@ -61,10 +81,14 @@ def run_checker(exercise: str, your_function: Callable, check: Callable[[Callabl
     if not callable(your_function):
         raise TypeError(f"{exercise}: pass your function itself (no parentheses), "
                         f"got {type(your_function).__name__}")
+    python_state = random.getstate()
     try:
-        check(your_function)
+        with torch.random.fork_rng(devices=[]):           # the learner's global random state stays as it was
+            check(your_function)
     except NotImplementedError:
         print(f"{exercise}: not attempted yet. Replace the `raise NotImplementedError` in "
               f"`{getattr(your_function, '__name__', 'your function')}` with your code, then run this cell again.")
         return
+    finally:
+        random.setstate(python_state)
     print(f"correct: {exercise}")

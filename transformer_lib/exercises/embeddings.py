@@ -9,7 +9,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer_lib.exercises import call, run_checker
+from transformer_lib.embeddings import TokenEmbedding
+from transformer_lib.exercises import Refuse, call, fresh_generator, run_checker
+
+_NO_LOOKUP = [Refuse("embedding", "F.embedding (or nn.Embedding) is the lookup itself; the exercise asks for the "
+                     "matrix product F.one_hot(tokens, V).to(weight.dtype) @ weight")]
 
 
 def _one_hot_hint(error: Exception) -> str | None:
@@ -36,20 +40,32 @@ def _grad_fns(tensor: torch.Tensor) -> set[str]:
     return names
 
 
-def _check_one_hot_lookup(embed_by_matmul) -> None:
-    weight = torch.arange(7 * 3, dtype=torch.float32).reshape(7, 3)      # (V=7, D=3)
-    tokens = torch.tensor([[0, 4, 4, 1], [2, 3, 0, 0]])                   # (B, L); the largest id 6 is absent
-    got = call(embed_by_matmul, tokens.clone(), weight.clone(), on="tokens (B=2, L=4) with ids up to 4 and a "
-               "weight (V=7, D=3)", hint=_one_hot_hint)
+def _check_lookup_on(embed_by_matmul, tokens: torch.Tensor, weight: torch.Tensor, what: str) -> None:
+    got = call(embed_by_matmul, tokens.clone(), weight.clone(), on=what, hint=_one_hot_hint, refuse=_NO_LOOKUP)
     assert isinstance(got, torch.Tensor), f"return a tensor, got {type(got).__name__}"
-    assert tuple(got.shape) == (2, 4, 3), f"expected shape (B, L, D) = (2, 4, 3), got {tuple(got.shape)}"
+    shape = (*tokens.shape, weight.size(1))
+    assert tuple(got.shape) == shape, f"expected shape (B, L, D) = {shape} for {what}, got {tuple(got.shape)}"
     assert got.dtype == weight.dtype, (f"the result has dtype {got.dtype}, the weight {weight.dtype}: convert the "
                                        "one-hot matrix to weight.dtype, not the weight to another dtype")
     torch.testing.assert_close(got, F.embedding(tokens, weight), msg=lambda m: (
-        f"one_hot(tokens) @ weight must pick row t of the weight for token t. {m}"))
+        f"one_hot(tokens) @ weight must pick row t of the weight for token t ({what}). {m}"))
+
+
+def _check_one_hot_lookup(embed_by_matmul) -> None:
+    weight = torch.arange(7 * 3, dtype=torch.float32).reshape(7, 3)      # (V=7, D=3)
+    tokens = torch.tensor([[0, 4, 4, 1], [2, 3, 0, 0]])                   # (B, L); the largest id 6 is absent
+    _check_lookup_on(embed_by_matmul, tokens, weight, "tokens (B=2, L=4) with ids up to 4 and a weight (V=7, D=3)")
+    _check_lookup_on(embed_by_matmul, tokens[:1], torch.randn(6, 2, dtype=torch.float64),
+                     "tokens (B=1, L=4) and a float64 weight (V=6, D=2)")
+    generator = fresh_generator()
+    V, D, B, L = (int(torch.randint(low, high, (), generator=generator)) for low, high in ((5, 40), (1, 9), (1, 4), (1, 7)))
+    dtype = (torch.float32, torch.float64)[int(torch.randint(2, (), generator=generator))]
+    weight = torch.randn(V, D, generator=generator, dtype=dtype)
+    tokens = torch.randint(0, V - 1, (B, L), generator=generator)         # the last id never occurs
+    _check_lookup_on(embed_by_matmul, tokens, weight, f"tokens (B={B}, L={L}) and a {dtype} weight (V={V}, D={D})")
     weight = torch.randn(50, 8, requires_grad=True)
     tokens = torch.tensor([[3, 3, 49, 7]])
-    got = call(embed_by_matmul, tokens, weight, on="a weight that requires grad", hint=_one_hot_hint)
+    got = call(embed_by_matmul, tokens, weight, on="a weight that requires grad", hint=_one_hot_hint, refuse=_NO_LOOKUP)
     assert got.requires_grad, "the result must stay differentiable with respect to the weight (no .detach())"
     nodes = _grad_fns(got)
     if not any("Mm" in n or "Matmul" in n for n in nodes) and any("Index" in n or "Embedding" in n for n in nodes):
@@ -73,14 +89,25 @@ def _table_of(module: nn.Module, vocab_size: int, d_model: int) -> torch.Tensor:
     return tables[0]
 
 
+_NO_LIBRARY = [Refuse((TokenEmbedding, "__init__"), "that is the course's TokenEmbedding; write the layer yourself "
+                      "from one nn.Embedding (or nn.Parameter), its initialisation and the scale")]
+
+
 def _check_scaled_embedding(module_class) -> None:
-    torch.manual_seed(0)
-    vocab_size, d_model = 4000, 256
-    module = call(module_class, vocab_size, d_model, on=f"building {module_class.__name__}({vocab_size}, {d_model})")
+    generator = fresh_generator()
+    for vocab_size, d_model in ((4000, 256), (2000, 100), (int(torch.randint(1500, 3000, (), generator=generator)),
+                                              int(torch.randint(100, 400, (), generator=generator)))):
+        _check_scaled_with(module_class, vocab_size, d_model, generator)
+
+
+def _check_scaled_with(module_class, vocab_size: int, d_model: int, generator: torch.Generator) -> None:
+    torch.manual_seed(int(torch.randint(2 ** 31, (), generator=generator)))   # the learner's init draws from here
+    module = call(module_class, vocab_size, d_model, on=f"building {module_class.__name__}({vocab_size}, {d_model})",
+                  refuse=_NO_LIBRARY)
     assert isinstance(module, nn.Module), f"{module_class.__name__} must be an nn.Module"
     table = _table_of(module, vocab_size, d_model)
-    tokens = torch.randint(0, vocab_size, (8, 50))                        # (B, L)
-    out = call(module, tokens, on="embedding token ids of shape (B=8, L=50)")
+    tokens = torch.randint(0, vocab_size, (8, 50), generator=generator)   # (B, L)
+    out = call(module, tokens, on="embedding token ids of shape (B=8, L=50)", refuse=_NO_LIBRARY)
     assert isinstance(out, torch.Tensor) and tuple(out.shape) == (8, 50, d_model), \
         f"expected output shape (B, L, D) = (8, 50, {d_model}), got {tuple(getattr(out, 'shape', ()))}"
     rows = table[tokens].detach()                                         # (B, L, D)
@@ -91,6 +118,12 @@ def _check_scaled_embedding(module_class) -> None:
     for message, wrong in slips.items():
         if torch.allclose(out, wrong):
             raise AssertionError(message)
+    ratio = (out.double() / rows.double())[rows.abs() > 1e-3]
+    if ratio.numel() and torch.allclose(ratio, ratio[0].expand_as(ratio), rtol=1e-4) \
+            and not math.isclose(ratio[0].item(), math.sqrt(d_model), rel_tol=1e-4):
+        raise AssertionError(f"your output is the table row times {ratio[0].item():.4g}; for d_model={d_model} the "
+                             f"scale is sqrt(d_model) = {math.sqrt(d_model):.4g}: compute it from d_model "
+                             "(math.sqrt(d_model)), do not write a number")
     torch.testing.assert_close(out, rows * math.sqrt(d_model), msg=lambda m: (
         f"the output must be table[tokens] * sqrt(d_model). {m}"))
     std = table.detach().std().item()

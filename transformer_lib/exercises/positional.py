@@ -6,8 +6,13 @@ code with `transformer_lib.positional.sinusoidal_table` or with what a learned t
 import torch
 from torch import nn
 
-from transformer_lib.exercises import call, run_checker
-from transformer_lib.positional import sinusoidal_table
+from transformer_lib.exercises import Refuse, call, fresh_generator, run_checker
+from transformer_lib.positional import PositionalEncoding, sinusoidal_table
+
+_NO_LIBRARY = [Refuse(sinusoidal_table, "sinusoidal_table is the course's own table, the one this exercise asks you "
+                      "to write: compute each entry with math.sin / math.cos in two loops"),
+               Refuse((PositionalEncoding, "__init__"), "PositionalEncoding holds the course's own table; write the "
+                      "entries yourself with two loops")]
 
 
 def _table(max_len: int, d_model: int, exponent=lambda i, d: 2 * i / d, start: int = 0, layout: str = "interleave",
@@ -38,12 +43,16 @@ _SLIPS = {
     "column 2i+1 the cos of the same angle": dict(layout="concat"),
     "you multiplied pos by 10000 ** (2i / d_model); divide by it: the angle is pos / 10000 ** (2i / d_model)":
         dict(multiply=True),
+    "the exponent counts pairs twice: if your loop runs over the even columns c = 0, 2, 4, ... (range(0, d_model, 2)), "
+    "c is already 2i, so the exponent is c / d_model, not 2c / d_model": dict(exponent=lambda i, d: 4 * i / d),
 }
 
 
 def _check_loop_table(loop_table) -> None:
-    for max_len, d_model in [(30, 16), (6, 4), (1, 2)]:
-        got = call(loop_table, max_len, d_model, on=f"max_len={max_len}, d_model={d_model}")
+    generator = fresh_generator()
+    drawn = (int(torch.randint(2, 40, (), generator=generator)), 2 * int(torch.randint(1, 17, (), generator=generator)))
+    for max_len, d_model in [(30, 16), (6, 4), (1, 2), drawn]:
+        got = call(loop_table, max_len, d_model, on=f"max_len={max_len}, d_model={d_model}", refuse=_NO_LIBRARY)
         assert isinstance(got, torch.Tensor), f"return a torch.Tensor, got {type(got).__name__}"
         assert tuple(got.shape) == (max_len, d_model), \
             f"loop_table({max_len}, {d_model}) must have shape ({max_len}, {d_model}), got {tuple(got.shape)}"
@@ -65,8 +74,15 @@ def check_loop_table(loop_table) -> None:
 
 
 def _check_learned_positions(module_class) -> None:
-    torch.manual_seed(0)
-    d_model, max_len = 8, 10
+    generator = fresh_generator()
+    _check_learned_with(module_class, 8, 10, 3, 7, generator)
+    _check_learned_with(module_class, 6, 12, 2, 4, generator)
+    d_model, max_len = 2 * int(torch.randint(2, 9, (), generator=generator)), int(torch.randint(4, 20, (), generator=generator))
+    _check_learned_with(module_class, d_model, max_len, int(torch.randint(1, 4, (), generator=generator)),
+                        int(torch.randint(2, max_len, (), generator=generator)), generator)
+
+
+def _check_learned_with(module_class, d_model: int, max_len: int, B: int, L: int, generator: torch.Generator) -> None:
     module = call(module_class, d_model, max_len, on=f"building {module_class.__name__}(d_model={d_model}, "
                   f"max_len={max_len})")
     assert isinstance(module, nn.Module), f"{module_class.__name__} must be an nn.Module subclass"
@@ -76,17 +92,19 @@ def _check_learned_positions(module_class) -> None:
         f"a learned table has max_len * d_model = {max_len * d_model} trainable numbers; your module has "
         f"{n_parameters}. Keep the table as an nn.Embedding or nn.Parameter (a buffer is not trained), "
         "and add no other layer")
-    x = torch.randn(3, 7, d_model)                                   # (B, L, D)
-    x_in = x.clone()
-    out = call(module, x_in, on=f"x of shape (B=3, L=7, D={d_model})", hint=lambda e: (
+    with torch.no_grad():                # any initial values are right: give the table distinct rows to test with
+        for parameter in parameters:
+            parameter.copy_(torch.randn(parameter.shape, generator=generator))
+    x = torch.randn(B, L, d_model, generator=generator)              # (B, L, D)
+    out = call(module, x, on=f"x of shape (B={B}, L={L}, D={d_model})", hint=lambda e: (
         "the length is x.size(1) (x is batch first, (B, L, D)); look up rows torch.arange(L)"
         if isinstance(e, (RuntimeError, IndexError)) else None))
-    assert torch.equal(x_in, x), "forward changed x in place (x += ...): return x + positions, a new tensor"
     assert isinstance(out, torch.Tensor) and out.shape == x.shape, \
         f"the output must have the shape of x, (B, L, D) = {tuple(x.shape)}, got {getattr(out, 'shape', out)}"
-    assert not torch.allclose(out[0], out[1]), "return x plus the position vectors, not the position vectors alone"
+    assert not torch.allclose(out, out[:1].expand_as(out)) or B == 1, \
+        "return x plus the position vectors, not the position vectors alone"
     added = out - x                                                   # (B, L, D): the position vectors
-    torch.testing.assert_close(added[0], added[1], msg=lambda m: (
+    torch.testing.assert_close(added, added[:1].expand_as(added), msg=lambda m: (
         "the vector added at a position must not depend on the sentence (the batch row): "
         f"add table rows 0 .. L-1 to every row of the batch. {m}"))
     assert not torch.allclose(added[0, 0], added[0, 1]), "positions 0 and 1 got the same vector: look up row t for position t"
@@ -94,10 +112,10 @@ def _check_learned_positions(module_class) -> None:
     out.sum().backward()
     grads = [p.grad for p in parameters]
     assert all(g is not None for g in grads), "no gradient reached the table: is it a trainable parameter?"
-    grad = torch.cat([g.reshape(max_len, -1) for g in grads], dim=1)  # (max_len, D)
+    grad = torch.cat([g.movedim(list(g.shape).index(max_len), 0).reshape(max_len, -1) for g in grads], dim=1)  # (max_len, D)
     used = grad.abs().sum(dim=1) > 0                                  # (max_len,)
-    assert used.tolist() == [True] * 7 + [False] * 3, (
-        f"a length-7 input must train exactly rows 0..6 of the table; rows with a gradient: "
+    assert used.tolist() == [True] * L + [False] * (max_len - L), (
+        f"a length-{L} input must train exactly rows 0..{L - 1} of the table; rows with a gradient: "
         f"{used.nonzero().flatten().tolist()}")
     try:
         module(torch.randn(1, max_len + 1, d_model))

@@ -4,16 +4,36 @@ Hand-written, not exported: see `transformer_lib.exercises`. The checkers run th
 sentences of the course corpus and compare it with what a word-level tokenizer and the `Metaspace`
 decoder of `transformer_lib.tokenization` must give.
 """
-from transformer_lib.exercises import call, run_checker
+from transformer_lib.exercises import call, fresh_random, run_checker
 
 _TRAIN = ["the cat chased a dog", "la miro la vaskon casis", "a dog will rest", "the cat rested"]
 
 
+def _random_texts(rng) -> list[str]:
+    """3 to 6 sentences of made-up words, so that no table of the fixed sentences passes."""
+    words = ["".join(rng.choice("aeiklmnorstuv") for _ in range(rng.randint(1, 6))) for _ in range(12)]
+    return [" ".join(rng.choice(words) for _ in range(rng.randint(1, 7))) for _ in range(rng.randint(3, 6))]
+
+
 def _check_word_tokenizer(tokenizer_class) -> None:
-    tokenizer = call(tokenizer_class, list(_TRAIN), on=f"building {tokenizer_class.__name__}(texts) from {len(_TRAIN)} "
-                     "sentences")
-    words = sorted({word for text in _TRAIN for word in text.split()})
-    for text in _TRAIN:
+    _check_tokenizer_on(tokenizer_class, _TRAIN, "the kitten chased a fox")
+    _check_tokenizer_on(tokenizer_class, _random_texts(fresh_random()), None)
+
+
+def _check_tokenizer_on(tokenizer_class, train: list[str], unknown_text: str | None) -> None:
+    tokenizer = call(tokenizer_class, list(train), on=f"building {tokenizer_class.__name__}(texts) from "
+                     f"{len(train)} sentences {train}")
+    words = sorted({word for text in train for word in text.split()})
+    single = {w: call(tokenizer.encode, w, on=f"encoding the training word {w!r}", hint=lambda e: (
+        "every word of every training text needs an id" if isinstance(e, KeyError) else None)) for w in words}
+    missing = [w for w, ids in single.items() if ids == [0]]
+    if sorted(ids[0] for ids in single.values() if isinstance(ids, list) and ids) == list(range(len(words))):
+        raise AssertionError(f"the known words got the ids 0 .. {len(words) - 1}, but id 0 is <unk>: number the "
+                             "known words from 1 (enumerate(words, start=1))")
+    if missing and len(missing) < len(words):
+        raise AssertionError(f"the training words {missing} got id 0 (<unk>): the vocabulary must hold every word of "
+                             f"EVERY text in texts {train} (collect them all before numbering)")
+    for text in train:
         ids = call(tokenizer.encode, text, on=f"encoding the training sentence {text!r}", hint=lambda e: (
             "every training word needs an id" if isinstance(e, KeyError) else None))
         assert isinstance(ids, list) and all(isinstance(i, int) for i in ids), \
@@ -39,14 +59,18 @@ def _check_word_tokenizer(tokenizer_class) -> None:
     assert [ids[word] for word in words] == list(range(1, len(words) + 1)), (
         f"number the words in sorted order (sorted(set(words))), not in the order they first appear: "
         f"expected {dict(zip(words, range(1, len(words) + 1)))}, got {ids}")
-    unknown = call(tokenizer.encode, "the kitten chased a fox", on="encoding 'the kitten chased a fox', whose words "
-                   "'kitten' and 'fox' were never seen", hint=lambda e: (
-                       "map a word never seen in training to <unk>, id 0 (dict.get(word, 0))"
-                       if isinstance(e, KeyError) else None))
-    assert unknown[1] == 0 and unknown[4] == 0, f"unseen words must get id 0 (<unk>), got {unknown}"
-    assert unknown[0] == ids["the"], f"'the' must keep its id {ids['the']}, got {unknown[0]}"
+    unknown_text = unknown_text or f"{words[0]} qqq {words[-1]} zzzz"
+    unseen = [w for w in unknown_text.split() if w not in words]
+    unknown = call(tokenizer.encode, unknown_text, on=f"encoding {unknown_text!r}, whose words {unseen} were never "
+                   "seen", hint=lambda e: ("map a word never seen in training to <unk>, id 0 (dict.get(word, 0))"
+                                           if isinstance(e, KeyError) else None))
+    expected = [ids.get(w, 0) for w in unknown_text.split()]
+    assert [unknown[i] for i, w in enumerate(unknown_text.split()) if w in unseen] == [0] * len(unseen), \
+        f"unseen words must get id 0 (<unk>): encode({unknown_text!r}) gave {unknown}"
+    assert unknown == expected, f"known words must keep their ids: encode({unknown_text!r}) gave {unknown}, expected {expected}"
     decoded = call(tokenizer.decode, unknown, on=f"decoding {unknown}, which holds id 0 (<unk>)")
-    assert decoded == "the <unk> chased a <unk>", f"decode must write id 0 as <unk>: got {decoded!r}"
+    with_unk = " ".join(w if w in words else "<unk>" for w in unknown_text.split())
+    assert decoded == with_unk, f"decode must write id 0 as <unk>: got {decoded!r}, expected {with_unk!r}"
 
 
 def check_word_tokenizer(tokenizer_class) -> None:
@@ -60,11 +84,24 @@ _PIECES = [
     (["▁pilo"], "pilo"),
     (["▁a", "▁brave", "▁bird"], "a brave bird"),
     ([], ""),
+    (["▁a", "▁", "▁b"], "a  b"),                        # a lone ▁ is a space of its own
 ]
 
 
+def _random_pieces(rng) -> tuple[list[str], str]:
+    """A text of made-up words cut into pieces at random places, each word's first piece marked with ▁."""
+    words = ["".join(rng.choice("aeiklmnorstuvĝ") for _ in range(rng.randint(1, 8))) for _ in range(rng.randint(1, 6))]
+    pieces = []
+    for word in words:
+        cuts = sorted(rng.sample(range(1, len(word)), rng.randint(0, len(word) - 1))) if len(word) > 1 else []
+        parts = [word[a:b] for a, b in zip([0] + cuts, cuts + [len(word)])]
+        pieces += ["▁" + parts[0]] + parts[1:]
+    return pieces, " ".join(words)
+
+
 def _check_join_pieces(join_pieces) -> None:
-    for pieces, text in _PIECES:
+    rng = fresh_random()
+    for pieces, text in _PIECES + [_random_pieces(rng) for _ in range(3)]:
         got = call(join_pieces, list(pieces), on=f"joining {pieces}" + (" (an empty text)" if not pieces else ""))
         assert isinstance(got, str), f"join_pieces must return a str, got {type(got).__name__}"
         if got == text:
@@ -74,6 +111,10 @@ def _check_join_pieces(join_pieces) -> None:
                                  "the text, not a space to keep; drop the leading space")
         if "▁" in got:
             raise AssertionError(f"join_pieces({pieces}) gave {got!r}: every ▁ must become a space")
+        if got == text.strip() or " ".join(got.split()) == " ".join(text.split()) and got != text:
+            raise AssertionError(f"join_pieces({pieces}) gave {got!r}, expected {text!r}: keep every space a ▁ stands "
+                                 "for (a lone ▁ is a space too); drop only ONE leading space, and only if the first "
+                                 "piece starts with ▁")
         if got == text.replace(" ", "") and got != text:
             raise AssertionError(f"join_pieces({pieces}) gave {got!r}: you removed the ▁ but it stands for the space "
                                  "before a word; replace it by a space, then drop the first one")
