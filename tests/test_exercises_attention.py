@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+from transformer_lib.attention import scaled_dot_product_attention
 from transformer_lib.exercises.attention import check_attention_by_loops, check_masked_softmax
 
 
@@ -46,8 +47,37 @@ def attention_by_loops_right(query, key, value):
     rows = []
     for q in query:
         scores = torch.stack([(q * k).sum() / math.sqrt(q.numel()) for k in key])
-        weights = scores.exp() / scores.exp().sum()
+        weights = (scores - scores.max()).exp() / (scores - scores.max()).exp().sum()
         rows.append(sum(w * v for w, v in zip(weights, value)))
+    return torch.stack(rows)
+
+
+def attention_by_loops_overflows(query, key, value):
+    rows = []
+    for q in query:
+        scores = torch.stack([(q * k).sum() / math.sqrt(q.numel()) for k in key])
+        weights = scores.exp() / scores.exp().sum()                       # exp(400) = inf in float32
+        rows.append(sum(w * v for w, v in zip(weights, value)))
+    return torch.stack(rows)
+
+
+def loops(query, key, value, scale=lambda d_k: math.sqrt(d_k), after=1.0, values=True):
+    """Loops with a slip chosen by the arguments (the scale, a division after the softmax, keys summed)."""
+    rows = []
+    for q in query:
+        scores = [float((q * k).sum()) / scale(query.size(1)) for k in key]
+        exps = [math.exp(s - max(scores)) for s in scores]
+        weights = [e / sum(exps) / after for e in exps]
+        rows.append(sum(w * x for w, x in zip(weights, value if values else key)))
+    return torch.stack(rows)
+
+
+def attention_by_loops_math_exp(query, key, value):
+    """Overflows: math.exp(400) raises OverflowError."""
+    rows = []
+    for q in query:
+        exps = [math.exp(float((q * k).sum()) / math.sqrt(len(q))) for k in key]
+        rows.append(sum(e / sum(exps) * v for e, v in zip(exps, value)))
     return torch.stack(rows)
 
 
@@ -132,6 +162,65 @@ def test_masked_softmax_slips_are_named(wrong, message):
 def test_attention_by_loops_slips_are_named(wrong, message):
     with pytest.raises(AssertionError, match=message):
         check_attention_by_loops(wrong)
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (attention_by_loops_overflows, "overflows. Subtract"),
+    (attention_by_loops_math_exp, "OverflowError.*subtract each query's largest score"),
+    (lambda q, k, v: loops(q, k, v, values=False), "summed the KEYS"),
+    (lambda q, k, v: loops(q, k, v, scale=lambda d: 1.0, after=math.sqrt(q.size(1))), "AFTER the softmax"),
+    (lambda q, k, v: loops(q, k, v, scale=lambda d: 2 * math.sqrt(d)), "divided by 2·sqrt\\(d_k\\)"),
+    (lambda q, k, v: loops(q, k, v, scale=lambda d: d), "divided by d_k;"),
+    (lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q[None], k[None], v[None])[0],
+     "the fused kernel"),
+    (lambda q, k, v: scaled_dot_product_attention(q, k, v)[0], "the course's own eq. 1"),
+    (lambda q, k, v: (q @ k.T / math.sqrt(q.size(-1))).softmax(dim=-1) @ v, "multiplies whole matrices"),
+    (lambda q, k, v: torch.einsum("ik,jk->ij", q, k).div(q.size(1) ** 0.5).softmax(-1).mm(v), "multiplies whole"),
+    (lambda q, k, v: torch.tensor([[0.0, 0.0]] * 3), "differs from softmax|shape"),
+])
+def test_attention_by_loops_more_slips_are_named(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_attention_by_loops(wrong)
+
+
+def masked_softmax_exp(scores, mask):
+    e = scores.exp().masked_fill(mask, 0.0)                               # exp(300) = inf
+    total = e.sum(-1, keepdim=True)
+    return torch.where(total > 0, e / total, torch.zeros_like(e))
+
+
+def masked_softmax_where(scores, mask):
+    """Another right answer: torch.where and a stable exp by hand."""
+    filled = torch.where(mask, torch.tensor(float("-inf"), dtype=scores.dtype), scores)
+    top = filled.amax(-1, keepdim=True).clamp(min=torch.finfo(scores.dtype).min)
+    e = (filled - top).exp()
+    return e / e.sum(-1, keepdim=True).clamp(min=torch.finfo(scores.dtype).tiny)
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (masked_softmax_exp, "overflows"),
+    (lambda scores, mask: masked_softmax_right(scores, mask.clone().fill_(False)) if mask.dim() == 3 else
+     masked_softmax_right(scores, mask), "weight exactly 0|all masked"),
+])
+def test_masked_softmax_more_slips_are_named(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_masked_softmax(wrong)
+
+
+def masked_softmax_edits_scores(scores, mask):
+    scores.masked_fill_(mask, float("-inf"))
+    return torch.nan_to_num(scores.softmax(dim=-1), nan=0.0)
+
+
+def test_masked_softmax_must_leave_scores_alone():
+    with pytest.raises(AssertionError, match="changed its input `scores` in place"):
+        check_masked_softmax(masked_softmax_edits_scores)
+
+
+@pytest.mark.parametrize("check, right", [(check_masked_softmax, masked_softmax_where),
+                                          (check_attention_by_loops, loops)])
+def test_more_right_answers_pass(check, right):
+    assert accepted(check, right)
 
 
 def test_checker_wants_the_function_itself():

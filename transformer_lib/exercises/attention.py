@@ -10,7 +10,16 @@ import torch
 from torch import Tensor
 
 from transformer_lib.attention import scaled_dot_product_attention
-from transformer_lib.exercises import call, run_checker
+from transformer_lib.exercises import MATRIX_PRODUCTS, Refuse, call, fresh_generator, matrix_product, run_checker
+
+_NO_FUSED = [Refuse("scaled_dot_product_attention", "F.scaled_dot_product_attention is the fused kernel that "
+                    "computes the whole of eq. 1; the exercise asks for it with Python loops, one query at a time"),
+             Refuse(scaled_dot_product_attention, "scaled_dot_product_attention is the course's own eq. 1; the "
+                    "exercise asks for it with Python loops, one query at a time")]
+_NO_MATRIX_PRODUCT = [Refuse(name, "your answer is right, but it multiplies whole matrices (Q @ K.T, or weights @ V "
+                             "for all queries at once); the exercise asks for loops: for each query, its scores "
+                             "with every key, its softmax, its weighted sum of the values", when=matrix_product)
+                      for name in MATRIX_PRODUCTS]
 
 
 def _close(result, expected: Tensor, atol: float = 1e-5, rtol: float = 1e-4) -> bool:
@@ -36,30 +45,42 @@ def _masked_softmax_inputs() -> list[tuple[Tensor, Tensor]]:
     mask[0, 1] = True                                                  # a row with every key blocked
     mask[1, 2] = False                                                 # a row with none blocked
     causal = torch.triu(torch.ones(3, 5, dtype=torch.bool), diagonal=1)  # (Lq, Lk), broadcast over B
-    return [(scores, mask), (scores, causal)]
+    large = 300 * torch.randn(2, 4, 6, generator=generator)            # exp(300) overflows: subtract the max
+    fresh = fresh_generator()
+    B, Lq, Lk = (int(torch.randint(1, high, (), generator=fresh)) for high in (4, 6, 8))
+    drawn = torch.randn(B, Lq, Lk, generator=fresh, dtype=torch.float64) * 10
+    padding = torch.rand(B, 1, Lk, generator=fresh) < 0.5               # (B, 1, Lk): key padding
+    padding[0] = True                                                  # one sentence all padding
+    return [(scores, mask), (scores, causal), (large, torch.rand(2, 4, 6, generator=generator) < 0.3),
+            (drawn, padding)]
 
 
 def _check_masked_softmax(masked_softmax) -> None:
     for scores, mask in _masked_softmax_inputs():
-        result = call(masked_softmax, scores.clone(), mask.clone(), on=f"scores {tuple(scores.shape)} and a mask "
-                      f"{tuple(mask.shape)}" + (" that broadcasts over the batch" if mask.dim() < scores.dim() else ""),
+        result = call(masked_softmax, scores, mask, on=f"scores {tuple(scores.shape)} and a mask "
+                      f"{tuple(mask.shape)}" + (" that broadcasts over the batch" if mask.dim() < scores.dim() else "")
+                      + (" with large scores" if scores.abs().max() > 100 else ""),
                       hint=lambda e: ("mask is a bool tensor that broadcasts to scores: use masked_fill(mask, ...), "
                                       "and keepdim=True where you reduce" if isinstance(e, RuntimeError) else None))
         expected = _reference_masked_softmax(scores, mask)
         _check_tensor("masked_softmax", result, expected)
-        if _close(result, _reference_masked_softmax(scores, ~mask)):
+        if _close(result, _reference_masked_softmax(scores, ~mask)) and not _close(result, expected):
             raise AssertionError("you kept the entries where mask is True and blocked the others; in the course "
                                  "(and nn.MultiheadAttention) True means 'may NOT attend'")
         blocked = mask.expand_as(scores)
         zeroed_after = scores.softmax(dim=-1).masked_fill(blocked, 0.0)
-        if _close(result, zeroed_after):
+        if _close(result, zeroed_after) and not _close(result, expected):
             raise AssertionError("you zeroed the masked weights AFTER the softmax, so the others no longer sum to 1; "
                                  "fill the masked scores with -inf BEFORE the softmax")
-        if _close(result, (scores * ~blocked).softmax(dim=-1)) or _close(
-                result, (scores * ~blocked).softmax(dim=-1).masked_fill(blocked.all(-1, keepdim=True), 0.0)):
+        if not _close(result, expected) and (_close(result, (scores * ~blocked).softmax(dim=-1)) or _close(
+                result, (scores * ~blocked).softmax(dim=-1).masked_fill(blocked.all(-1, keepdim=True), 0.0))):
             raise AssertionError("multiplying the scores by the mask sets masked scores to 0, and exp(0) = 1 is not "
                                  "a zero weight; fill them with -inf (scores.masked_fill(mask, float('-inf')))")
         full_rows = blocked.all(dim=-1)                                 # (B, Lq)
+        if not result[~full_rows].isfinite().all():
+            raise AssertionError(f"NaN or inf in rows that have keys to attend to, for scores up to "
+                                 f"{scores.abs().max().item():.0f}: exp of a large score overflows. Subtract each "
+                                 "row's largest score before exp (torch.softmax does it for you)")
         if full_rows.any():
             assert not result[full_rows].isnan().any(), (
                 "a row whose entries are all masked gave NaN (softmax of a row of -inf is 0/0). Find those "
@@ -70,7 +91,8 @@ def _check_masked_softmax(masked_softmax) -> None:
                 "negative fill such as -1e9 every entry of that row is equal. Zero those rows explicitly")
             assert (result[full_rows] == 0).all(), "a row whose entries are all masked must get all-zero weights"
         assert (result[blocked] == 0).all(), "entries where mask is True must get weight exactly 0 (fill with -inf)"
-        if _close(result, _reference_masked_softmax(scores.transpose(-2, -1), blocked.transpose(-2, -1)).transpose(-2, -1)):
+        if _close(result, _reference_masked_softmax(scores.transpose(-2, -1), blocked.transpose(-2, -1)).transpose(
+                -2, -1)) and not _close(result, expected):
             raise AssertionError("the softmax ran over the wrong dimension: it must normalise the last one (dim=-1)")
         torch.testing.assert_close(result.to(expected.dtype), expected, atol=1e-6, rtol=1e-5, msg=lambda m: (
             "masked_softmax differs from softmax(scores.masked_fill(mask, -inf), dim=-1) on the rows that are not "
@@ -86,26 +108,59 @@ def _attention(query: Tensor, key: Tensor, value: Tensor, scale: float, dim: int
     return (query @ key.T / scale).softmax(dim=dim) @ value
 
 
-def _check_attention_by_loops(attention_by_loops) -> None:
+def _loop_inputs() -> list[tuple[Tensor, Tensor, Tensor]]:
+    """Fixed: d_k = 9 (so that d_k, sqrt(d_k), 2 sqrt(d_k), d_v and L_k all differ), then scores up to ~1000
+    (exp overflows unless the max is subtracted); then sizes drawn afresh."""
     generator = torch.Generator().manual_seed(4)
-    query = 2 * torch.randn(3, 4, generator=generator)                 # (Lq, d_k)
-    key = 2 * torch.randn(5, 4, generator=generator)                   # (Lk, d_k)
-    value = torch.randn(5, 2, generator=generator)                     # (Lk, d_v): d_v != d_k != Lk
-    expected, _ = scaled_dot_product_attention(query, key, value)      # (Lq, d_v)
-    result = call(attention_by_loops, query.clone(), key.clone(), value.clone(),
-                  on="query (Lq=3, d_k=4), key (Lk=5, d_k=4), value (Lk=5, d_v=2)")
+    fixed = (2 * torch.randn(3, 9, generator=generator), 2 * torch.randn(5, 9, generator=generator),
+             torch.randn(5, 2, generator=generator))                    # (Lq, d_k), (Lk, d_k), (Lk, d_v)
+    large = (40 * torch.randn(2, 6, generator=generator), 40 * torch.randn(4, 6, generator=generator),
+             torch.randn(4, 3, generator=generator))
+    fresh = fresh_generator()
+    Lq, Lk, d_k, d_v = (int(torch.randint(1, high, (), generator=fresh)) for high in (5, 7, 12, 6))
+    drawn = tuple(torch.randn(n, d, generator=fresh) for n, d in ((Lq, d_k), (Lk, d_k), (Lk, d_v)))
+    return [fixed, large, drawn]
+
+
+def _as_tensor(result, like: Tensor):
     if isinstance(result, (list, tuple)) and not isinstance(result, Tensor):
         try:
-            result = torch.stack([torch.as_tensor(row, dtype=expected.dtype) for row in result])
+            return torch.stack([torch.as_tensor(row, dtype=like.dtype) for row in result])
         except (TypeError, ValueError, RuntimeError):
             raise AssertionError("attention_by_loops must return a (Lq, d_v) tensor (or a nested list of numbers)")
-    if isinstance(result, Tensor) and tuple(result.shape) == (query.size(0), key.size(0)):
+    return result
+
+
+def _check_attention_by_loops(attention_by_loops) -> None:
+    for query, key, value in _loop_inputs():
+        _check_loops_on(attention_by_loops, query, key, value)
+    query, key, value = _loop_inputs()[0]
+    call(attention_by_loops, query, key, value, on="the first query, key and value again", refuse=_NO_MATRIX_PRODUCT)
+
+
+def _check_loops_on(attention_by_loops, query: Tensor, key: Tensor, value: Tensor) -> None:
+    expected, _ = scaled_dot_product_attention(query, key, value)      # (Lq, d_v)
+    (n_queries, d_k), (n_keys, d_v) = query.shape, value.shape
+    result = call(attention_by_loops, query, key, value, refuse=_NO_FUSED, hint=lambda e: (
+        "math.exp overflowed: subtract each query's largest score before exp" if isinstance(e, OverflowError) else None),
+        on=f"query (Lq={n_queries}, d_k={d_k}), key (Lk={n_keys}, d_k={d_k}), value (Lk={n_keys}, d_v={d_v})")
+    result = _as_tensor(result, expected)
+    weights = (query @ key.T / math.sqrt(d_k)).softmax(dim=-1)          # (Lq, Lk)
+    if isinstance(result, Tensor) and tuple(result.shape) == (n_queries, n_keys) != (n_queries, d_v):
         raise AssertionError("you returned the (Lq, Lk) attention weights; the output is their weighted sum of the "
                              "values: output[i] = sum over j of weight[i, j] * value[j], shape (Lq, d_v)")
+    if isinstance(result, Tensor) and _close(result, weights @ key):
+        raise AssertionError("you summed the KEYS with the attention weights; the output is the weighted sum of the "
+                             "VALUES: output[i] = sum over j of weight[i, j] * value[j], shape (Lq, d_v)")
     _check_tensor("attention_by_loops", result, expected)
-    d_k, d_v, n_keys = query.size(-1), value.size(-1), key.size(0)
+    if not result.isfinite().all():
+        raise AssertionError(f"NaN or inf in the output for scores up to {(query @ key.T).abs().max().item() / math.sqrt(d_k):.0f}: "
+                             "exp of a large score overflows. Subtract the query's largest score from its scores "
+                             "before exp (the softmax does not change)")
     slips = {"the scores were not scaled: divide each q·k by sqrt(d_k)": _attention(query, key, value, 1.0),
              "the scores were divided by d_k; the paper divides by sqrt(d_k)": _attention(query, key, value, d_k),
+             "the scores were divided by 2·sqrt(d_k); the paper divides by sqrt(d_k)":
+                 _attention(query, key, value, 2 * math.sqrt(d_k)),
              "the scores were multiplied by sqrt(d_k) instead of divided by it": _attention(query, key, value, 1 / math.sqrt(d_k)),
              "the scores were divided by sqrt(d_v), the size of the VALUES; eq. 1 divides by sqrt(d_k), the size of "
              "the queries and keys (query.size(-1))": _attention(query, key, value, math.sqrt(d_v)),
@@ -113,10 +168,12 @@ def _check_attention_by_loops(attention_by_loops) -> None:
              "each query and key (query.size(-1))": _attention(query, key, value, math.sqrt(n_keys)),
              "the softmax ran over the queries; for each query, normalise over the keys":
                  _attention(query, key, value, math.sqrt(d_k), dim=0),
+             "the weights were divided by sqrt(d_k) AFTER the softmax; scale the scores before it, so that the "
+             "weights still sum to 1": (query @ key.T).softmax(dim=-1) / math.sqrt(d_k) @ value,
              "the weights were not normalised (no softmax, or exp without dividing by the sum of the row)":
                  (query @ key.T / math.sqrt(d_k)).exp() @ value}
     for message, wrong in slips.items():
-        assert not _close(result, wrong), message
+        assert not (_close(result, wrong) and not _close(wrong, expected)), message
     torch.testing.assert_close(result.to(expected.dtype), expected, atol=1e-5, rtol=1e-4, msg=lambda m: (
         "attention_by_loops differs from softmax(Q Kᵀ / sqrt(d_k)) V; check that output i is the sum over keys j "
         f"of weight[i, j] * value[j]: {m}"))
