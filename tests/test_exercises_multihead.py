@@ -67,7 +67,7 @@ def causal_additive_float64(x, layer):
     return layer.out_proj(out)
 
 
-@pytest.mark.parametrize("check, right", [(check_split_heads, split_right), (check_split_heads, split_heads),
+@pytest.mark.parametrize("check, right", [(check_split_heads, split_right),
                                           (check_split_heads, split_reshape_permute),
                                           (check_split_heads, split_by_slicing),
                                           (check_causal_self_attention, causal_right),
@@ -108,5 +108,41 @@ def test_split_heads_slips_are_named(wrong, message):
     (lambda x, layer: 1.01 * causal_right(x, layer), "not by one of the usual slips"),
 ])
 def test_causal_self_attention_slips_are_named(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_causal_self_attention(wrong)
+
+
+def split_memorised(x, n_heads):
+    """A table of the fixed cases' shapes: d_k written as a number."""
+    return x.view(x.size(0), x.size(1), n_heads, {8: 2, 6: 3}[x.size(2)]).transpose(1, 2)
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (split_heads, "the course's own function"),
+    (split_memorised, "KeyError|for n_heads"),
+])
+def test_split_heads_more_slips_are_named(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_split_heads(wrong)
+
+
+def causal_fused(x, layer):
+    B, T, D = x.shape
+    q, k, v = (split_heads(p(x), layer.n_heads) for p in (layer.q_proj, layer.k_proj, layer.v_proj))
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return layer.out_proj(out.transpose(1, 2).reshape(B, T, D))
+
+
+def causal_edits_weights(x, layer):
+    with torch.no_grad():
+        layer.out_proj.bias.zero_()
+    return causal_right(x, layer)
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (causal_fused, "F.scaled_dot_product_attention does the attention in one fused call"),
+    (causal_edits_weights, "changed its input `layer` in place"),
+])
+def test_causal_self_attention_more_slips_are_named(wrong, message):
     with pytest.raises(AssertionError, match=message):
         check_causal_self_attention(wrong)
