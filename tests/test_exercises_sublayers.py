@@ -82,7 +82,7 @@ def in_place(x, w, eps):
     (lambda x, w, eps: w * x / (x.pow(2).mean(-1, keepdim=True) + eps), "without the square root"),
     (lambda x, w, eps: x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) / w, "gain divides"),
     (lambda x, w, eps: w * x / torch.sqrt(x.pow(2).mean(-1) + eps), "raised RuntimeError .* keepdim=True"),
-    (in_place, "changed its inputs in place"),
+    (in_place, "changed its input `x` in place"),
     (lambda x, w, eps: 1.01 * rms_norm_right(x, w, eps), "differs from nn.RMSNorm"),
 ])
 def test_rms_norm_slips_are_named(wrong, message):
@@ -102,3 +102,49 @@ def test_rms_norm_slips_are_named(wrong, message):
 def test_pre_ln_residual_slips_are_named(wrong, message):
     with pytest.raises(AssertionError, match=message):
         check_pre_ln_residual(wrong)
+
+
+def rms_norm_module(x, weight, eps=1e-6):
+    layer = torch.nn.RMSNorm(x.size(-1), eps=eps)
+    with torch.no_grad():
+        layer.weight.copy_(weight)
+    return layer(x)
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (lambda x, w, eps: w * x / torch.sqrt(x.pow(2).mean() + eps), "ran over ALL the elements"),
+    (lambda x, w, eps: w * x / torch.sqrt(torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)), "square root twice"),
+    (lambda x, w, eps: torch.nn.functional.rms_norm(x, (x.size(-1),), w, eps), "F.rms_norm .* is PyTorch's RMSNorm"),
+    (rms_norm_module, "F.rms_norm \\(or nn.RMSNorm\\)"),
+    (lambda x, w, eps: w * x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6), "eps must go inside|eps is missing|differs"),
+    (lambda x, w, eps: (w * x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)).reshape(-1, x.size(-1)),
+     "returned shape"),
+])
+def test_rms_norm_more_slips_are_named(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_rms_norm(wrong)
+
+
+def pre_ln_block(x, sublayer, norm):
+    from transformer_lib.sublayers import SublayerConnection
+    block = SublayerConnection(x.size(-1), dropout=0.0, norm_first=True)
+    block.norm = norm
+    return block(x, sublayer)
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (lambda x, sublayer, norm: x + sublayer(norm(norm(x))), "LayerNorm was applied twice"),
+    (pre_ln_block, "SublayerConnection is the course's own residual connection"),
+    (lambda x, sublayer, norm: x.add_(sublayer(norm(x))), "changed its input `x` in place"),
+])
+def test_pre_ln_more_slips_are_named(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_pre_ln_residual(wrong)
+
+
+def test_pre_ln_runs_with_autograd():
+    def needs_grad(x, sublayer, norm):
+        assert torch.is_grad_enabled()
+        return x + sublayer(norm(x))
+
+    assert accepted(check_pre_ln_residual, needs_grad)

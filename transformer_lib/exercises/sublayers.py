@@ -7,8 +7,13 @@ with the course's `SublayerConnection(norm_first=True)`; both name the likely sl
 import torch
 from torch import Tensor, nn
 
-from transformer_lib.exercises import call, run_checker
+from transformer_lib.exercises import Refuse, call, fresh_generator, run_checker
 from transformer_lib.sublayers import LayerNorm, PositionwiseFeedForward, SublayerConnection
+
+_NO_RMS_NORM = [Refuse("rms_norm", "F.rms_norm (or nn.RMSNorm) is PyTorch's RMSNorm, the one the checker compares "
+                       "with; write the formula yourself: weight * x / sqrt(mean(x²) + eps)")]
+_NO_SUBLAYER_CONNECTION = [Refuse((SublayerConnection, "forward"), "SublayerConnection is the course's own residual "
+                                  "connection; write x + sublayer(norm(x)) yourself")]
 
 
 def _fill_(module: nn.Module, generator: torch.Generator, scale: float = 0.5) -> nn.Module:
@@ -40,14 +45,18 @@ def _check_rms_norm(rms_norm) -> None:
     generator = torch.Generator().manual_seed(6)
     x = 1.0 + 3.0 * torch.randn(3, 4, 8, generator=generator)            # (B, L, D), mean far from 0
     weight = torch.randn(8, generator=generator)                          # γ (D,)
-    for eps in (1e-6, 0.5):                                               # a large ε shows where it goes
+    fresh = fresh_generator()
+    shape = tuple(int(n) for n in torch.randint(1, 6, (int(torch.randint(1, 4, (), generator=fresh)),),
+                                                generator=fresh)) + (int(torch.randint(2, 12, (), generator=fresh)),)
+    cases = [(x, weight, 1e-6), (x, weight, 0.5),                          # a large ε shows where it goes
+             (torch.randn(shape, generator=fresh) * 2 + 1, torch.randn(shape[-1], generator=fresh),
+              float(torch.rand((), generator=fresh)))]
+    for x, weight, eps in cases:
         expected = _rms_reference(x, weight, eps)
-        x_in, weight_in = x.clone(), weight.clone()
-        result = call(rms_norm, x_in, weight_in, eps, on=f"x of shape (B, L, D) = {tuple(x.shape)}, weight (D,), "
-                      f"eps={eps}", hint=_rms_hint)
-        assert torch.equal(x_in, x) and torch.equal(weight_in, weight), \
-            "rms_norm changed its inputs in place (x /= ...); compute a new tensor"
+        result = call(rms_norm, x, weight, eps, on=f"x of shape (..., D) = {tuple(x.shape)}, weight (D,), eps={eps:.3g}",
+                      hint=_rms_hint, refuse=_NO_RMS_NORM)
         assert isinstance(result, Tensor), f"rms_norm must return a torch.Tensor, got {type(result).__name__}"
+        result = result.detach()
         assert result.shape == expected.shape, f"rms_norm returned shape {tuple(result.shape)}, expected {tuple(x.shape)}"
         if torch.allclose(result, expected, atol=1e-5, rtol=1e-4):
             continue
@@ -69,6 +78,13 @@ def _check_rms_norm(rms_norm) -> None:
             ("the mean of x² must run over the LAST dimension, the D features of one position (dim=-1); "
              "yours ran over another one", weight * x / torch.sqrt(x.pow(2).mean(dim=0, keepdim=True) + eps)),
             ("you divided by mean(x²) + eps without the square root: sqrt(mean(x²) + eps)", weight * x / (ms + eps)),
+            ("the mean of x² ran over ALL the elements of x; RMSNorm normalises each position on its own: the mean "
+             "over the last dimension, x.pow(2).mean(dim=-1, keepdim=True)",
+             weight * x / torch.sqrt(x.pow(2).mean() + eps)),
+            ("you took the square root twice (x / sqrt(rms) with rms = sqrt(mean(x²) + eps)); divide by "
+             "rms = sqrt(mean(x²) + eps) itself", weight * x / torch.sqrt(torch.sqrt(ms + eps))),
+            ("you took the square root twice (x / sqrt(rms) with rms = sqrt(mean(x²) + eps)); divide by "
+             "rms = sqrt(mean(x²) + eps) itself", weight * x / torch.sqrt(torch.sqrt(ms) + eps)),
             ("the gain is missing: multiply by weight (γ, one per feature)", x / torch.sqrt(ms + eps)),
             ("eps must be added, not multiplied: sqrt(mean(x²) + eps)", weight * x / torch.sqrt(ms * eps)),
             ("the gain divides instead of multiplying: γ ⊙ x / sqrt(mean(x²) + eps)", x / torch.sqrt(ms + eps) / weight),
@@ -79,11 +95,11 @@ def _check_rms_norm(rms_norm) -> None:
                       (f"eps is missing: divide by sqrt(mean(x²) + eps), which stays defined when x is all zeros "
                        f"(here eps = {eps})", weight * x / ms.sqrt())]
         for message, wrong in slips:
-            assert not torch.allclose(result, wrong, atol=1e-5, rtol=1e-4), message
+            assert not torch.allclose(result, wrong, atol=1e-5, rtol=1e-4) or wrong.shape != result.shape, message
         torch.testing.assert_close(result, expected, atol=1e-5, rtol=1e-4, msg=lambda m: (
             f"rms_norm differs from nn.RMSNorm(D, eps={eps}) with the same weight: γ ⊙ x / sqrt(mean(x²) + eps), "
             f"the mean over the last dimension, with keepdim=True: {m}"))
-    zeros = call(rms_norm, torch.zeros(2, 8), weight.clone(), 1e-6, on="x all zeros (eps=1e-6)")
+    zeros = call(rms_norm, torch.zeros(2, 8), torch.randn(8), 1e-6, on="x all zeros (eps=1e-6)", refuse=_NO_RMS_NORM)
     assert not zeros.isnan().any(), "x all zeros gave NaN: add eps inside the square root, sqrt(mean(x²) + eps)"
 
 
@@ -93,17 +109,23 @@ def check_rms_norm(your_function) -> None:
 
 
 def _check_pre_ln_residual(pre_ln_residual) -> None:
-    generator = torch.Generator().manual_seed(6)
-    B, L, D = 2, 5, 16
+    fresh = fresh_generator()
+    for B, L, D, generator in ((2, 5, 16, torch.Generator().manual_seed(6)),
+                               (*(int(torch.randint(1, high, (), generator=fresh)) for high in (4, 7)),
+                                int(torch.randint(2, 20, (), generator=fresh)), fresh)):
+        _check_pre_ln_with(pre_ln_residual, B, L, D, generator)
+
+
+def _check_pre_ln_with(pre_ln_residual, B: int, L: int, D: int, generator: torch.Generator) -> None:
     norm = _fill_(LayerNorm(D), generator)
-    sublayer = _fill_(PositionwiseFeedForward(D, 32, dropout=0.0), generator).eval()
+    sublayer = _fill_(PositionwiseFeedForward(D, 2 * D, dropout=0.0), generator).eval()
     x = torch.randn(B, L, D, generator=generator)                         # (B, L, D)
     block = SublayerConnection(D, dropout=0.0, norm_first=True).eval()
     block.norm.load_state_dict(norm.state_dict())
+    result = call(pre_ln_residual, x, sublayer, norm, refuse=_NO_SUBLAYER_CONNECTION,
+                  on=f"x of shape (B, L, D) = {tuple(x.shape)}, a PositionwiseFeedForward as the sublayer and a LayerNorm")
     with torch.no_grad():
         expected = block(x, sublayer)
-        result = call(pre_ln_residual, x.clone(), sublayer, norm, on=f"x of shape (B, L, D) = {tuple(x.shape)}, a "
-                      "PositionwiseFeedForward as the sublayer and a LayerNorm")
         slips = {
             "that is post-LN, LayerNorm(x + Sublayer(x)); pre-LN normalises the sublayer's input: "
             "x + Sublayer(LayerNorm(x))": norm(x + sublayer(x)),
@@ -114,8 +136,10 @@ def _check_pre_ln_residual(pre_ln_residual) -> None:
                 norm(x) + sublayer(norm(x)),
             "there is a LayerNorm on the output too; pre-LN leaves the residual path alone: x + Sublayer(LayerNorm(x))":
                 norm(x + sublayer(norm(x))),
+            "the LayerNorm was applied twice: x + Sublayer(LayerNorm(x)) normalises once": x + sublayer(norm(norm(x))),
         }
     assert isinstance(result, Tensor), f"pre_ln_residual must return a torch.Tensor, got {type(result).__name__}"
+    result = result.detach()
     assert result.shape == expected.shape, f"expected shape (B, L, D) = {tuple(expected.shape)}, got {tuple(result.shape)}"
     for message, wrong in slips.items():
         assert not torch.allclose(result, wrong, atol=1e-5, rtol=1e-4), message
