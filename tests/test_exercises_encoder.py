@@ -119,3 +119,57 @@ def test_pre_ln_right(right):
 def test_pre_ln_wrong(wrong, message):
     with pytest.raises(AssertionError, match=message):
         check_pre_ln_encoder_layer(wrong)
+
+
+def pre_ln_norm1_twice(x, self_attn, feed_forward, norm1, norm2, src_key_padding_mask=None):
+    return right_pre_ln(x, self_attn, feed_forward, norm1, norm1, src_key_padding_mask)
+
+
+def pre_ln_query_only(x, self_attn, feed_forward, norm1, norm2, src_key_padding_mask=None):
+    h = x + self_attn(norm1(x), x, x, key_padding_mask=src_key_padding_mask)[0]
+    return h + feed_forward(norm2(h))
+
+
+def pre_ln_mask_required(x, self_attn, feed_forward, norm1, norm2, src_key_padding_mask=None):
+    return right_pre_ln(x, self_attn, feed_forward, norm1, norm2, src_key_padding_mask.bool())
+
+
+def pre_ln_library(x, self_attn, feed_forward, norm1, norm2, src_key_padding_mask=None):
+    from transformer_lib.encoder import EncoderLayer
+    layer = EncoderLayer(x.size(-1), self_attn.n_heads, 2 * x.size(-1), dropout=0.0, norm_first=True).eval()
+    layer.self_attn, layer.feed_forward = self_attn, feed_forward
+    layer.sublayers[0].norm, layer.sublayers[1].norm = norm1, norm2
+    return layer(x, src_key_padding_mask=src_key_padding_mask)
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (pre_ln_norm1_twice, "norm1 was used twice"),
+    (pre_ln_query_only, "only the query was normalised"),
+    (lambda x, a, f, n1, n2, src_key_padding_mask=None: right_pre_ln(x, a, f, n2, n2, src_key_padding_mask),
+     "norm2 was used twice"),
+    (pre_ln_mask_required, "AttributeError.*no padding mask"),
+    (pre_ln_library, "EncoderLayer is the course's own layer"),
+])
+def test_pre_ln_more_slips_are_named(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_pre_ln_encoder_layer(wrong)
+
+
+def test_pre_ln_runs_with_autograd():
+    def needs_grad(x, self_attn, feed_forward, norm1, norm2, src_key_padding_mask=None):
+        assert torch.is_grad_enabled()
+        return right_pre_ln(x, self_attn, feed_forward, norm1, norm2, src_key_padding_mask)
+
+    assert accepted(check_pre_ln_encoder_layer, needs_grad)
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (lambda lengths, max_len: torch.arange(max_len)[None, :] >= lengths.clamp(min=1)[:, None], "expected"),
+    (lambda lengths, max_len: {(4, 1, 6, 3): torch.tensor([[0, 0, 0, 0, 1, 1], [0, 1, 1, 1, 1, 1], [0] * 6, [0, 0, 0, 1, 1, 1]]),
+                               (2, 3): torch.tensor([[0, 0, 1, 1, 1], [0, 0, 0, 1, 1]]), (3,): torch.tensor([[0, 0, 0]]),
+                               (0, 2): torch.tensor([[1, 1, 1, 1], [0, 0, 1, 1]])}.get(
+        tuple(lengths.tolist()), torch.zeros(1, 1)).bool(), "shape"),
+])
+def test_padding_mask_more_wrong(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_padding_mask(wrong)

@@ -1,18 +1,29 @@
 """Checkers for the exercises of notebook 07 (the encoder). Hand-written, not exported from a notebook."""
 import torch
 
-from transformer_lib.encoder import EncoderLayer
-from transformer_lib.exercises import call, run_checker
+from transformer_lib.encoder import Encoder, EncoderLayer
+from transformer_lib.exercises import Refuse, call, fresh_generator, run_checker
+from transformer_lib.sublayers import SublayerConnection
+
+_NO_LIBRARY = [Refuse((EncoderLayer, "forward"), "EncoderLayer is the course's own layer; write the pre-LN layer "
+                      "from the given modules: h = x + self_attn(norm1(x), ...), then h + feed_forward(norm2(h))"),
+               Refuse((Encoder, "forward"), "Encoder is the course's own stack; write one pre-LN layer from the given "
+                      "modules"),
+               Refuse((SublayerConnection, "forward"), "SublayerConnection is the course's own residual block; write "
+                      "x + sublayer(norm(x)) yourself with the given modules")]
 
 
 def _check_padding_mask(padding_mask) -> None:
-    for lengths, max_len in (([4, 1, 6, 3], 6), ([2, 3], 5), ([3], 3)):
+    generator = fresh_generator()
+    B, max_len = int(torch.randint(5, 9, (), generator=generator)), int(torch.randint(1, 9, (), generator=generator))
+    drawn = torch.randint(1, max_len + 1, (B,), generator=generator).tolist()
+    for lengths, max_len in (([4, 1, 6, 3], 6), ([2, 3], 5), ([3], 3), ([0, 2], 4), (drawn, max_len)):
         lengths = torch.tensor(lengths)
         expected = torch.arange(max_len)[None, :] >= lengths[:, None]       # (B, S), True = padding
-        lengths_in = lengths.clone()
-        got = call(padding_mask, lengths_in, max_len, on=f"lengths={lengths.tolist()}, max_len={max_len}")
-        assert torch.equal(lengths_in, lengths), "padding_mask changed the lengths tensor in place"
+        got = call(padding_mask, lengths, max_len, on=f"lengths={lengths.tolist()}, max_len={max_len}"
+                   + (" (an empty sentence)" if (lengths == 0).any() else ""))
         assert isinstance(got, torch.Tensor), f"return a torch.Tensor, got {type(got).__name__}"
+        B = len(lengths)
         B = len(lengths)
         if tuple(got.shape) == (max_len, B) and B != max_len:
             raise AssertionError(f"shape {tuple(got.shape)} is (max_len, B); a key_padding_mask is batch first, "
@@ -51,21 +62,34 @@ def _layer_hint(error: Exception) -> str | None:
 
 
 def _check_pre_ln_encoder_layer(pre_ln_encoder_layer) -> None:
-    torch.manual_seed(0)
-    D, H, F, B, S = 16, 4, 32, 2, 5
-    layer = EncoderLayer(D, H, F, dropout=0.0, norm_first=True).eval()
+    padding = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
+    _check_layer_with(pre_ln_encoder_layer, 16, 4, torch.Generator().manual_seed(0), padding)
+    _check_layer_with(pre_ln_encoder_layer, 16, 4, torch.Generator().manual_seed(1), None)
+    generator = fresh_generator()
+    B, S, H, d_k = (int(torch.randint(low, high, (), generator=generator)) for low, high in ((1, 4), (2, 8), (1, 4), (2, 6)))
+    lengths = torch.randint(1, S + 1, (B,), generator=generator)
+    _check_layer_with(pre_ln_encoder_layer, H * d_k, H, generator, torch.arange(S)[None, :] >= lengths[:, None])
+
+
+def _check_layer_with(pre_ln_encoder_layer, D: int, H: int, generator: torch.Generator,
+                      padding: torch.Tensor | None) -> None:
+    B, S = (2, 5) if padding is None else padding.shape
+    torch.manual_seed(int(torch.randint(2 ** 31, (), generator=generator)))
+    layer = EncoderLayer(D, H, 2 * D, dropout=0.0, norm_first=True).eval()
     with torch.no_grad():                  # non-trivial norms, so that a missing or swapped norm shows
         for sublayer in layer.sublayers:
             sublayer.norm.weight.uniform_(0.5, 1.5)
             sublayer.norm.bias.uniform_(-0.5, 0.5)
-    x = torch.randn(B, S, D)
-    padding = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
+    x = torch.randn(B, S, D, generator=generator)
     attn, ff, norm1, norm2 = layer.self_attn, layer.feed_forward, layer.sublayers[0].norm, layer.sublayers[1].norm
+    mask_kwargs = {} if padding is None else {"src_key_padding_mask": padding}
+    got = call(pre_ln_encoder_layer, x, attn, ff, norm1, norm2, **mask_kwargs, refuse=_NO_LIBRARY, hint=_layer_hint,
+               on=f"x of shape (B, S, D) = {tuple(x.shape)} and " + (
+                   "no padding mask (src_key_padding_mask left at its default, None)" if padding is None
+                   else "a padding mask (B, S)"))
     with torch.no_grad():
-        got = call(pre_ln_encoder_layer, x.clone(), attn, ff, norm1, norm2, src_key_padding_mask=padding.clone(),
-                   on=f"x of shape (B, S, D) = {tuple(x.shape)} and a padding mask (B, S)", hint=_layer_hint)
         expected = layer(x, src_key_padding_mask=padding)
-        post_ln = EncoderLayer(D, H, F, dropout=0.0).eval()
+        post_ln = EncoderLayer(D, H, 2 * D, dropout=0.0).eval()
         post_ln.load_state_dict(layer.state_dict())
 
         def sa(h, mask=padding):
@@ -77,8 +101,13 @@ def _check_pre_ln_encoder_layer(pre_ln_encoder_layer) -> None:
             "leaves the residual path alone: x + Sublayer(LayerNorm(x))": post_ln(x, src_key_padding_mask=padding),
             "the padding mask is ignored: pass src_key_padding_mask to self_attn as key_padding_mask":
                 layer(x),
-            "the padding mask is inverted: True in src_key_padding_mask marks padding, pass it to self_attn "
-            "unchanged as key_padding_mask": (lambda h2: h2 + ff(norm2(h2)))(x + sa(norm1(x), ~padding)),
+            "norm1 was used twice; norm2 (its own gain and bias) goes before the feed-forward: h + FFN(norm2(h))":
+                (lambda h2: h2 + ff(norm1(h2)))(h),
+            "norm2 was used twice; norm1 goes before the self-attention: h = x + SelfAttn(norm1(x))":
+                (lambda h2: h2 + ff(norm2(h2)))(x + sa(norm2(x))),
+            "only the query was normalised; self-attention reads norm1(x) as query, key AND value: "
+            "y = norm1(x); self_attn(y, y, y, ...)": (lambda h2: h2 + ff(norm2(h2)))(
+                x + attn(norm1(x), x, x, key_padding_mask=padding)[0]),
             "norm1 and norm2 are swapped: norm1 goes before self-attention, norm2 before the feed-forward":
                 (lambda h2: h2 + ff(norm1(h2)))(x + sa(norm2(x))),
             "the second residual adds x; it must add h, the output of the self-attention block: "
@@ -89,8 +118,12 @@ def _check_pre_ln_encoder_layer(pre_ln_encoder_layer) -> None:
             "adds one after the last layer)": norm2(expected),
             "the feed-forward block is missing: h + FFN(norm2(h))": h,
         }
+        if padding is not None:
+            slips["the padding mask is inverted: True in src_key_padding_mask marks padding, pass it to self_attn "
+                  "unchanged as key_padding_mask"] = (lambda h2: h2 + ff(norm2(h2)))(x + sa(norm1(x), ~padding))
     assert isinstance(got, torch.Tensor) and got.shape == x.shape, \
         f"return a tensor of the input's shape {tuple(x.shape)}, got {getattr(got, 'shape', type(got).__name__)}"
+    got = got.detach()
     if torch.allclose(got, expected, atol=1e-5):
         return
     for message, wrong in slips.items():
