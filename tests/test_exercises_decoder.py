@@ -133,11 +133,50 @@ def test_is_causal_right(right):
                                             (lambda d, t, m: False, "said False"),
                                             (only_next_position, "not only the next one"),
                                             (only_first_output, "not only the first"),
-                                            (edits_in_place, "changed its inputs"),
-                                            (includes_own_position, "said False"),
+                                            (edits_in_place, "changed its input `tgt` in place"),
+                                            (includes_own_position, r"j itself included.*out\[:, :j\]"),
                                             (returns_a_tensor, "return True or False"),
                                             (lambda d, t, m: d(t[:, :-1], m), "return True or False"),
-                                            (lambda d, t, m: d(t, m.transpose(0, 1)), "raised")])
+                                            (lambda d, t, m: d(t, m.transpose(0, 1)), "raised|return True or False, got a tensor")])
 def test_is_causal_wrong(wrong, message):
     with pytest.raises(AssertionError, match=message):
         check_is_causal(wrong)
+
+
+def is_causal_by_gradients_plainly(decoder, tgt, memory):
+    """A right answer that relies on autograd being on, as the stub promises nothing else."""
+    tgt = tgt.clone().requires_grad_(True)
+    out = decoder(tgt, memory)
+    for i in range(tgt.size(1) - 1):
+        grad, = torch.autograd.grad(out[:, i].sum(), tgt, retain_graph=True, allow_unused=True)
+        if grad is not None and grad[:, i + 1:].abs().max() > 0:
+            return False
+    return True
+
+
+def checks_six_positions(decoder, tgt, memory):
+    """Hard-wired to the fixed cases' length T = 6."""
+    base = decoder(tgt, memory)
+    for j in range(1, 6):
+        edited = tgt.clone()
+        edited[:, j] += 1.0
+        if (decoder(edited, memory) - base)[:, :j].abs().max() > 1e-6:
+            return False
+    return True
+
+
+def test_is_causal_right_with_autograd():
+    assert accepted(check_is_causal, is_causal_by_gradients_plainly)
+
+
+def test_is_causal_hard_wired_length_is_caught():
+    with pytest.raises(AssertionError, match="depends on the later position"):
+        check_is_causal(checks_six_positions)
+
+
+def test_causal_mask_refuses_subsequent_mask():
+    from transformer_lib.attention import subsequent_mask
+    with pytest.raises(AssertionError, match="without torch.triu \\(or subsequent_mask"):
+        check_causal_mask(lambda T: subsequent_mask(T))
+    with pytest.raises(AssertionError, match="without torch.triu"):
+        check_causal_mask(lambda T: torch.ones(T, T, dtype=torch.bool).triu_(1))

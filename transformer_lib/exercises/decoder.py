@@ -1,23 +1,19 @@
 """Checkers for the exercises of notebook 08 (the decoder). Hand-written, not exported from a notebook."""
-from unittest import mock
-
 import torch
 
 from transformer_lib.attention import subsequent_mask
 from transformer_lib.decoder import Decoder
-from transformer_lib.exercises import call, run_checker
+from transformer_lib.exercises import Refuse, call, fresh_generator, run_checker
 
-
-def _no_triu(*args, **kwargs):
-    raise AssertionError("build the mask without torch.triu (or subsequent_mask, which uses it): compare "
-                         "a column of query positions with a row of key positions made by torch.arange")
+_NO_TRIU = [Refuse(name, "build the mask without torch.triu (or subsequent_mask, which uses it): compare a column of "
+                   "query positions with a row of key positions made by torch.arange") for name in ("triu", "triu_")]
+_NO_TRIU.append(Refuse(subsequent_mask, _NO_TRIU[0].message))
 
 
 def _check_causal_mask(causal_mask) -> None:
-    for T in [5, 8, 2, 1]:
+    for T in [5, 8, 2, 1, int(torch.randint(9, 40, (), generator=fresh_generator()))]:
         expected = subsequent_mask(T)
-        with mock.patch("torch.triu", _no_triu), mock.patch.object(torch.Tensor, "triu", _no_triu):
-            got = call(causal_mask, T, on=f"T={T}")
+        got = call(causal_mask, T, on=f"T={T}", refuse=_NO_TRIU)
         assert isinstance(got, torch.Tensor), f"return a torch.Tensor, got {type(got).__name__}"
         assert got.shape == (T, T), f"causal_mask({T}) must have shape ({T}, {T}), got {tuple(got.shape)}"
         assert got.dtype == torch.bool, f"the mask must be bool (True = may not attend), got {got.dtype}"
@@ -42,6 +38,15 @@ def check_causal_mask(your_function) -> None:
     run_checker("causal_mask", your_function, _check_causal_mask)
 
 
+def _leaky(decoder, i: int, j: int):
+    """`decoder`, except that output i also sees target position j."""
+    def leaks(tgt, memory):
+        out = decoder(tgt, memory).clone()
+        out[:, i] = out[:, i] + 0.01 * tgt[:, j]
+        return out
+    return leaks
+
+
 def _check_is_causal(is_causal) -> None:
     torch.manual_seed(0)
     D, T, S = 16, 6, 4
@@ -54,45 +59,48 @@ def _check_is_causal(is_causal) -> None:
     def unmasked(tgt, memory):
         return stack(tgt, memory)
 
-    def last_leaks_into_first(tgt, memory):    # causal except: output 0 also sees the LAST position
-        out = masked(tgt, memory).clone()
-        out[:, 0] = out[:, 0] + 0.01 * tgt[:, -1]
-        return out
+    def ignores_tgt(tgt, memory):              # the same output whatever tgt holds: causal
+        return memory.mean(dim=1, keepdim=True).expand(-1, tgt.size(1), -1) + 0.0 * tgt
 
-    def next_leaks(tgt, memory):               # causal except: output 2 also sees position 3
-        out = masked(tgt, memory).clone()
-        out[:, 2] = out[:, 2] + 0.01 * tgt[:, 3]
-        return out
+    def own_position_only(tgt, memory):        # output i depends on tgt[:, i] only: causal
+        return tgt * memory.mean() + 1.0
 
-    def memory_only(tgt, memory):              # depends on tgt only through its own position: causal
-        return masked(tgt, memory) * 0 + tgt * memory.mean()
-
-    def ask(decoder, what):
-        tgt_in, memory_in = tgt.clone(), memory.clone()
-        answer = call(is_causal, decoder, tgt_in, memory_in, on=f"{what} (tgt {tuple(tgt.shape)}, memory "
+    def ask(decoder, what, tgt=tgt, memory=memory):
+        answer = call(is_causal, decoder, tgt, memory, on=f"{what} (tgt {tuple(tgt.shape)}, memory "
                       f"{tuple(memory.shape)})")
-        assert torch.equal(tgt_in, tgt) and torch.equal(memory_in, memory), \
-            "your function changed its inputs: clone tgt before editing a position (tgt.clone())"
         assert isinstance(answer, bool) or (torch.is_tensor(answer) and answer.numel() == 1
                                             and answer.dtype == torch.bool), \
-            f"return True or False, got {answer!r}"
+            "return True or False, got " + (f"a tensor of shape {tuple(answer.shape)}" if torch.is_tensor(answer)
+                                            else repr(answer))
         return bool(answer)
 
-    with torch.no_grad():
-        assert ask(masked, "a decoder with the causal mask"), \
-            "a decoder with the causal mask is causal, but your function said False"
-        assert not ask(unmasked, "a decoder without the causal mask"), \
-            "a decoder WITHOUT the causal mask sees later positions, but your function said it is causal"
-        assert not ask(last_leaks_into_first, "a decoder whose output 0 sees the last position"), (
-            "output 0 of this decoder depends on the LAST target position, but your function said it is "
-            "causal: change every later position j > i, not only the next one")
-        assert not ask(next_leaks, "a decoder whose output 2 sees position 3"), (
-            "output 2 of this decoder depends on position 3, but your function said it is causal: check "
-            "every output position i, not only the first")
-        assert ask(memory_only, "a decoder where output i depends on tgt[:, i] only"), (
-            "output i of this decoder depends on tgt[:, i] and on nothing later, but your function said it is "
-            "not causal: changing position j may change outputs j, j + 1, ... (j itself included); only "
-            "outputs i < j must stay the same")
+    assert ask(ignores_tgt, "a decoder whose output does not depend on tgt at all"), (
+        "a decoder whose output does not depend on tgt at all is causal, but your function said False: compare "
+        "the outputs before and after changing a later position, and say False only when an EARLIER output moved")
+    assert ask(own_position_only, "a decoder where output i depends on tgt[:, i] only"), (
+        "output i of this decoder depends on tgt[:, i] and on nothing later, but your function said it is "
+        "not causal: changing position j may change outputs j, j + 1, ... (j itself included); only "
+        "outputs i < j must stay the same (compare out[:, :j], not out[:, :j + 1])")
+    assert ask(masked, "a decoder with the causal mask"), \
+        "a decoder with the causal mask is causal, but your function said False"
+    assert not ask(unmasked, "a decoder without the causal mask"), \
+        "a decoder WITHOUT the causal mask sees later positions, but your function said it is causal"
+    assert not ask(_leaky(masked, 0, T - 1), "a decoder whose output 0 sees the last position"), (
+        "output 0 of this decoder depends on the LAST target position, but your function said it is "
+        "causal: change every later position j > i, not only the next one")
+    assert not ask(_leaky(masked, 2, 3), "a decoder whose output 2 sees position 3"), (
+        "output 2 of this decoder depends on position 3, but your function said it is "
+        "causal: check every output position i, not only the first")
+    generator = fresh_generator()
+    B, T = int(torch.randint(1, 4, (), generator=generator)), int(torch.randint(7, 12, (), generator=generator))
+    i = int(torch.randint(0, T - 1, (), generator=generator))
+    j = int(torch.randint(i + 1, T, (), generator=generator))
+    tgt, memory = torch.randn(B, T, D, generator=generator), torch.randn(B, S, D, generator=generator)
+    assert ask(masked, "a decoder with the causal mask", tgt, memory), \
+        f"a decoder with the causal mask is causal, but your function said False for T={T}"
+    assert not ask(_leaky(masked, i, j), f"a decoder whose output {i} sees position {j}", tgt, memory), (
+        f"output {i} of this decoder depends on the later position {j} (T={T}), but your function said it is "
+        "causal: check every pair of an output i and a later position j > i")
 
 
 def check_is_causal(your_function) -> None:
