@@ -1,8 +1,15 @@
 """Checkers for the exercises of notebook 09 (the full Transformer). Hand-written, not exported from a notebook."""
 import torch
 
-from transformer_lib.exercises import call, run_checker
-from transformer_lib.model import Transformer
+from torch import nn
+
+from transformer_lib.exercises import Refuse, call, fresh_random, run_checker
+from transformer_lib.model import EncoderDecoder, Transformer, build_transformer
+
+_BY_FORMULA = "count_parameters must count by formula; building the model (even on the meta device) is what the " \
+              "checker does to compare with you"
+_NO_MODEL = [Refuse((Transformer, "__init__"), _BY_FORMULA), Refuse((EncoderDecoder, "__init__"), _BY_FORMULA),
+             Refuse(build_transformer, _BY_FORMULA), Refuse((nn.Transformer, "__init__"), _BY_FORMULA)]
 
 PAD, BOS, EOS = 0, 1, 2
 
@@ -25,10 +32,16 @@ def check_count_parameters(your_function) -> None:
                  dict(src_vocab_size=120, tgt_vocab_size=90, d_model=16, d_ff=48, n_layers=2, tie_embeddings=False),
                  dict(src_vocab_size=37000, tgt_vocab_size=37000, d_model=512, d_ff=2048, n_layers=6,
                       tie_embeddings=False, norm_first=True)]
+        rng = fresh_random()
+        vocab, d_model = rng.randint(200, 5000), 2 * rng.randint(9, 40)    # sizes no fixed case has
+        tie = rng.random() < 0.5
+        cases.append(dict(src_vocab_size=vocab, tgt_vocab_size=vocab if tie else rng.randint(200, 5000),
+                          d_model=d_model, d_ff=rng.randint(10, 100), n_layers=rng.randint(1, 5),
+                          tie_embeddings=tie, norm_first=rng.random() < 0.5))
         for case in cases:
             full = dict(tie_embeddings=True, norm_first=False) | case
             expected = _real_count(**full)
-            got = call(count_parameters, **full, on=f"sizes {full}")
+            got = call(count_parameters, **full, on=f"sizes {full}", refuse=_NO_MODEL)
             assert isinstance(got, int) or (isinstance(got, torch.Tensor) and got.numel() == 1), \
                 f"return a whole number, got {type(got).__name__}"
             got = int(got)
@@ -74,33 +87,55 @@ def _reference_copy_batch(src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
     return tgt_in.masked_fill(tgt_in == EOS, PAD), labels
 
 
+def _copy_sources() -> list[torch.Tensor]:
+    """The fixed batch, then one drawn afresh (other sizes, lengths and symbols on every call)."""
+    fixed = torch.tensor([[5, 9, 3, 0, 0], [7, 4, 11, 12, 6], [8, 0, 0, 0, 0]])
+    rng = fresh_random()
+    B, L = rng.randint(4, 7), rng.randint(6, 10)                          # never the fixed batch's shape
+    drawn = torch.zeros(B, L, dtype=torch.long)
+    for row in drawn:
+        n = rng.randint(1, L)
+        row[:n] = torch.tensor([rng.randint(3, 20) for _ in range(n)])
+    return [fixed, drawn]
+
+
+def _check_copy_on(copy_batch, src: torch.Tensor) -> None:
+    B, L = src.shape
+    expected_in, expected_labels = _reference_copy_batch(src)
+    result = call(copy_batch, src, on=f"src of shape (B, L) = {(B, L)}, padded with 0")
+    assert isinstance(result, tuple) and len(result) == 2, "return a pair (decoder input, labels)"
+    tgt_in, labels = result
+    for name, t in [("decoder input", tgt_in), ("labels", labels)]:
+        assert isinstance(t, torch.Tensor) and t.shape == (B, L + 1), \
+            f"the {name} must be a tensor of shape (B, L + 1) = {(B, L + 1)}, got {getattr(t, 'shape', t)}"
+    if torch.equal(tgt_in, expected_labels) and torch.equal(labels, expected_in):
+        raise AssertionError("the pair is swapped: return (decoder input, labels), the decoder input first "
+                             "(it starts with <bos> = 1), then the labels (they end with <eos> = 2)")
+    reversed_src = src.clone()
+    for row, n in zip(reversed_src, (src != PAD).sum(1).tolist()):
+        row[:n] = row[:n].flip(0)
+    assert not torch.equal(labels[:, :L], src.flip(1)) and not torch.equal(
+        labels, _reference_copy_batch(reversed_src)[1]), "that is reversal; the copy task keeps the order"
+    assert not torch.equal(tgt_in, labels), ("the decoder input must be the labels shifted right, starting with "
+                                             "<bos> = 1: position t sees the tokens before label t, not label t")
+    assert (tgt_in[:, 0] == BOS).all(), f"every decoder input row starts with <bos> = 1, got first column {tgt_in[:, 0].tolist()}"
+    if torch.equal(labels[:, 1:], expected_labels[:, :-1]) and (labels[:, 0] == BOS).all():
+        raise AssertionError("the labels start with <bos>; <bos> is only fed to the decoder. The labels are the "
+                             "symbols themselves, then <eos> = 2: label t is what position t must predict")
+    assert (labels == EOS).sum(1).eq(1).all(), \
+        f"each label row needs exactly one <eos> = 2 after the symbols, got\n{labels}"
+    assert not (tgt_in == EOS).any(), "<eos> is never fed to the decoder: replace it by <pad> in the decoder input"
+    at_row_end = torch.cat([src, torch.full((B, 1), EOS)], dim=1)
+    if torch.equal(labels, at_row_end):
+        raise AssertionError("<eos> must come right after each sentence's last symbol, not at the end of the "
+                             "padded row: labels[b, length_b] = 2, then <pad>")
+    assert torch.equal(labels, expected_labels), f"labels should be\n{expected_labels}\ngot\n{labels}"
+    assert torch.equal(tgt_in, expected_in), f"the decoder input should be\n{expected_in}\ngot\n{tgt_in}"
+
+
 def check_copy_batch(your_function) -> None:
     """`copy_batch(src)` -> (decoder input, labels) for the copy task, as `reversal_batch` builds them."""
     def check(copy_batch):
-        src = torch.tensor([[5, 9, 3, 0, 0], [7, 4, 11, 12, 6], [8, 0, 0, 0, 0]])
-        expected_in, expected_labels = _reference_copy_batch(src)
-        src_in = src.clone()
-        result = call(copy_batch, src_in, on=f"src of shape (B, L) = {tuple(src.shape)}, padded with 0")
-        assert torch.equal(src_in, src), "copy_batch changed src in place; build new tensors"
-        assert isinstance(result, tuple) and len(result) == 2, "return a pair (decoder input, labels)"
-        tgt_in, labels = result
-        for name, t in [("decoder input", tgt_in), ("labels", labels)]:
-            assert isinstance(t, torch.Tensor) and t.shape == (3, 6), \
-                f"the {name} must be a tensor of shape (B, L + 1) = (3, 6), got {getattr(t, 'shape', t)}"
-        reversed_src = src.clone()
-        for row, n in zip(reversed_src, (src != PAD).sum(1).tolist()):
-            row[:n] = row[:n].flip(0)
-        assert not torch.equal(labels[:, :5], src.flip(1)) and not torch.equal(
-            labels, _reference_copy_batch(reversed_src)[1]), "that is reversal; the copy task keeps the order"
-        assert not torch.equal(tgt_in, labels), ("the decoder input must be the labels shifted right, starting with "
-                                                 "<bos> = 1: position t sees the tokens before label t, not label t")
-        assert (labels == EOS).sum(1).eq(1).all(), \
-            f"each label row needs exactly one <eos> = 2 after the symbols, got\n{labels}"
-        assert not (tgt_in == EOS).any(), "<eos> is never fed to the decoder: replace it by <pad> in the decoder input"
-        at_row_end = torch.cat([src, torch.full((src.size(0), 1), EOS)], dim=1)
-        if torch.equal(labels, at_row_end):
-            raise AssertionError("<eos> must come right after each sentence's last symbol, not at the end of the "
-                                 "padded row: labels[b, length_b] = 2, then <pad>")
-        assert torch.equal(labels, expected_labels), f"labels should be\n{expected_labels}\ngot\n{labels}"
-        assert torch.equal(tgt_in, expected_in), f"the decoder input should be\n{expected_in}\ngot\n{tgt_in}"
+        for src in _copy_sources():
+            _check_copy_on(copy_batch, src)
     run_checker("copy_batch", your_function, check)
