@@ -63,7 +63,7 @@ def real_token_batches_lookahead(lengths, max_tokens):
             batches[-1] = candidate
         else:
             batches.append([i])
-    return [tuple(b) for b in batches]
+    return [tuple(b) for b in batches if b]
 
 
 def target_mask(tgt_in, pad_id):
@@ -122,5 +122,81 @@ def test_target_mask_right_answers(right):
     (lambda tgt, pad: target_mask(tgt, pad)[0], "shape"),
 ])
 def test_target_mask_wrong_answers(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_target_mask(wrong)
+
+
+def real_token_batches_empty_first(lengths, max_tokens):
+    """The first set's accepted wrong answer: an empty batch before an oversized first example."""
+    batches, current, src_sum, tgt_sum = [], [], 0, 0
+    for i, (s, t) in enumerate(lengths):
+        if src_sum + s > max_tokens or tgt_sum + t > max_tokens:
+            batches.append(current)
+            current, src_sum, tgt_sum = [], 0, 0
+        current.append(i)
+        src_sum, tgt_sum = src_sum + s, tgt_sum + t
+    return batches + [current] if current else batches
+
+
+def real_token_batches_drops_long(lengths, max_tokens):
+    kept = [(i, st) for i, st in enumerate(lengths) if max(st) <= max_tokens]
+    batches = real_token_batches([st for _, st in kept], max_tokens)
+    return [[kept[j][0] for j in b] for b in batches]
+
+
+def real_token_batches_joins_long(lengths, max_tokens):
+    """Puts the next example into an oversized example's batch."""
+    batches, current, src_sum, tgt_sum = [], [], 0, 0
+    for i, (s, t) in enumerate(lengths):
+        if current and (src_sum + s > max_tokens or tgt_sum + t > max_tokens) and len(current) > 1:
+            batches.append(current)
+            current, src_sum, tgt_sum = [], 0, 0
+        elif current and (src_sum + s > max_tokens or tgt_sum + t > max_tokens) and src_sum <= max_tokens \
+                and tgt_sum <= max_tokens:
+            batches.append(current)
+            current, src_sum, tgt_sum = [], 0, 0
+        current.append(i)
+        src_sum, tgt_sum = src_sum + s, tgt_sum + t
+    return batches + [current] if current else batches
+
+
+def real_token_batches_memorised(lengths, max_tokens):
+    return {10: [[0, 1], [2, 3], [4, 5], [6, 7], [8], [9]], 12: [[0, 1, 2], [3, 4], [5, 6, 7], [8, 9]],
+            30: [[0, 1, 2, 3, 4, 5, 6], [7, 8, 9]]}.get(max_tokens, [])
+
+
+def test_real_token_batches_empty_batch_before_an_oversized_example_is_named():
+    assert real_token_batches_empty_first([(12, 1), (1, 1), (2, 2)], 10) == [[], [0], [1, 2]]
+    with pytest.raises(AssertionError, match=r"max_tokens=10 gave an empty batch.*a batch of its own"):
+        check_real_token_batches(real_token_batches_empty_first)
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (real_token_batches_drops_long, "were dropped"),
+    (real_token_batches_joins_long, "gets a batch of its own, not"),
+    (real_token_batches_memorised, "expected|exactly one batch|an empty batch|more than max_tokens"),
+    (lambda lengths, m: [list(range(len(lengths)))], "more than max_tokens=10"),
+])
+def test_real_token_batches_more_wrong(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_real_token_batches(wrong)
+
+
+def target_mask_broadcast(tgt_in, pad_id):
+    """Another right answer: comparisons of aranges, the padding as a (B, 1, T) row."""
+    positions = torch.arange(tgt_in.size(1))
+    return (positions[None, :] > positions[:, None])[None] | (tgt_in == pad_id).unsqueeze(1)
+
+
+def test_target_mask_more_right():
+    assert accepted(check_target_mask, target_mask_broadcast)
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (lambda tgt, pad: target_mask(tgt, 0), "you masked the keys whose token is 0"),
+    (lambda tgt, pad: target_mask(torch.tensor([[1, 5, 6, 7, 8], [1, 9, 4, 0, 0], [1, 3, 0, 0, 0]]), 0),
+     "expected shape|pad_id=7"),
+])
+def test_target_mask_more_wrong(wrong, message):
     with pytest.raises(AssertionError, match=message):
         check_target_mask(wrong)

@@ -6,7 +6,7 @@ function on small inputs and compares it with a reference written here or with `
 import torch
 
 from transformer_lib.data import token_batches
-from transformer_lib.exercises import call, run_checker
+from transformer_lib.exercises import call, fresh_random, run_checker
 
 # Lengths (source, target) in tokens, chosen so that the real-token and the padded-token rules differ.
 _LENGTHS = [(3, 4), (5, 2), (2, 2), (6, 6), (1, 9), (4, 4), (2, 3), (3, 1), (10, 2), (1, 1)]
@@ -29,40 +29,70 @@ def _real_token_batches(lengths: list[tuple[int, int]], max_tokens: int, rule: s
     return batches + [current] if current else batches
 
 
+def _batch_cases() -> list[tuple[list[tuple[int, int]], int]]:
+    """The fixed lengths with three budgets, an oversized first example, none at all, then lengths drawn afresh."""
+    rng = fresh_random()
+    drawn = [(rng.randint(1, 12), rng.randint(1, 12)) for _ in range(rng.randint(11, 16))]
+    budget = rng.randint(8, 20)
+    drawn[rng.randrange(len(drawn))] = (budget + rng.randint(1, 5), 1)      # one example too long for any batch
+    return [(_LENGTHS, 10), (_LENGTHS, 12), (_LENGTHS, 30), ([(12, 1), (1, 1), (2, 2)], 10),
+            ([(2, 3), (4, 1), (1, 14), (3, 3)], 10), ([], 10), (drawn, budget)]
+
+
+def _check_batches_on(fn, lengths: list[tuple[int, int]], max_tokens: int) -> None:
+    expected = _real_token_batches(lengths, max_tokens)
+    got = call(fn, lengths, max_tokens, on=f"lengths={lengths}, max_tokens={max_tokens}"
+               + (" (no examples)" if not lengths else ""))
+    assert isinstance(got, (list, tuple)) and all(isinstance(b, (list, tuple)) for b in got), \
+        f"return a list of batches, each a list of example indices, got {got!r}"
+    got = [list(b) for b in got]
+    if not lengths:
+        assert got == [], f"for no examples return no batches, [], got {got}"
+    assert [] not in got, (f"lengths={lengths}, max_tokens={max_tokens} gave an empty batch: open a new batch only "
+                           "when the current one holds at least one example (an example too long for any batch "
+                           "gets a batch of its own)")
+    too_long = [i for i, (s, t) in enumerate(lengths) if s > max_tokens or t > max_tokens]
+    seen = sorted(i for b in got for i in b)
+    if set(too_long) - set(seen):
+        raise AssertionError(f"example(s) {sorted(set(too_long) - set(seen))} of lengths={lengths} hold more than "
+                             f"max_tokens={max_tokens} tokens and were dropped: an example too long for any batch "
+                             "gets a batch of its own")
+    assert seen == list(range(len(lengths))), "every example index must appear in exactly one batch"
+    assert [i for b in got for i in b] == list(range(len(lengths))), (
+        "keep the examples in the order given (no sorting, no shuffling)")
+    for i in too_long:
+        batch = next(b for b in got if i in b)
+        assert batch == [i], (f"example {i} {lengths[i]} is longer than max_tokens={max_tokens} by itself, so it "
+                              f"gets a batch of its own, not {batch}")
+    try:
+        padded = [list(b) for b in token_batches(lengths, max_tokens, shuffle=False, bucket=False)]
+    except ValueError:                                      # it refuses an example longer than max_tokens
+        padded = None
+    if got == padded and got != expected:
+        raise AssertionError("these are the course's batches: they cap the PADDED size, B times the "
+                             "longest sentence; this rule counts REAL tokens, the sum of the lengths")
+    slips = {"strict": "a batch of exactly max_tokens real tokens is allowed: close it only when the next "
+                       "example would go OVER max_tokens (>, not >=)",
+             "source only": "count the target side too: close a batch when either side would go over max_tokens",
+             "sum": "count each side on its own: the source tokens must fit max_tokens, and so must the "
+                    "target tokens (not their sum)"}
+    for rule, message in slips.items():
+        if got == _real_token_batches(lengths, max_tokens, rule) != expected:
+            raise AssertionError(f"max_tokens={max_tokens}: {message}")
+    for b in got:
+        src, tgt = sum(lengths[i][0] for i in b), sum(lengths[i][1] for i in b)
+        assert len(b) == 1 or (src <= max_tokens and tgt <= max_tokens), (
+            f"batch {b} holds {src} source and {tgt} target tokens, more than max_tokens={max_tokens}")
+    assert got == expected, (
+        f"lengths={lengths}, max_tokens={max_tokens}: expected {expected}, got {got}; close a batch only when the "
+        "next example would push either side over max_tokens (a batch of exactly max_tokens is allowed)")
+
+
 def check_real_token_batches(your_function) -> None:
     """`your_function(lengths, max_tokens)` -> batches of indices, budget counted in real tokens."""
     def _check(fn):
-        for max_tokens in (10, 12, 30):
-            expected = _real_token_batches(_LENGTHS, max_tokens)
-            got = call(fn, list(_LENGTHS), max_tokens, on=f"lengths={_LENGTHS}, max_tokens={max_tokens}")
-            assert isinstance(got, (list, tuple)) and all(isinstance(b, (list, tuple)) for b in got), \
-                f"return a list of batches, each a list of example indices, got {got!r}"
-            got = [list(b) for b in got]
-            assert [] not in got, ("an empty batch: open a new batch only when the current one holds at least one "
-                                   "example (an example too long for any batch gets a batch of its own)")
-            assert sorted(i for b in got for i in b) == list(range(len(_LENGTHS))), (
-                "every example index must appear in exactly one batch")
-            assert [i for b in got for i in b] == list(range(len(_LENGTHS))), (
-                "keep the examples in the order given (no sorting, no shuffling)")
-            if got == [list(b) for b in token_batches(_LENGTHS, max_tokens, shuffle=False, bucket=False)] \
-                    and got != expected:
-                raise AssertionError("these are the course's batches: they cap the PADDED size, B times the "
-                                     "longest sentence; this rule counts REAL tokens, the sum of the lengths")
-            slips = {"strict": "a batch of exactly max_tokens real tokens is allowed: close it only when the next "
-                               "example would go OVER max_tokens (>, not >=)",
-                     "source only": "count the target side too: close a batch when either side would go over max_tokens",
-                     "sum": "count each side on its own: the source tokens must fit max_tokens, and so must the "
-                            "target tokens (not their sum)"}
-            for rule, message in slips.items():
-                if got == _real_token_batches(_LENGTHS, max_tokens, rule) != expected:
-                    raise AssertionError(f"max_tokens={max_tokens}: {message}")
-            for b in got:
-                src, tgt = sum(_LENGTHS[i][0] for i in b), sum(_LENGTHS[i][1] for i in b)
-                assert len(b) == 1 or (src <= max_tokens and tgt <= max_tokens), (
-                    f"batch {b} holds {src} source and {tgt} target tokens, more than max_tokens={max_tokens}")
-            assert got == expected, (
-                f"max_tokens={max_tokens}: expected {expected}, got {got}; close a batch only when the next example "
-                "would push either side over max_tokens (a batch of exactly max_tokens is allowed)")
+        for lengths, max_tokens in _batch_cases():
+            _check_batches_on(fn, lengths, max_tokens)
     run_checker("batches by real tokens", your_function, _check)
 
 
@@ -72,31 +102,53 @@ def _target_mask(tgt_in: torch.Tensor, pad_id: int) -> torch.Tensor:
     return causal | (tgt_in == pad_id)[:, None, :]                         # (B, T, T): keys that are padding
 
 
+def _mask_cases() -> list[tuple[torch.Tensor, int]]:
+    """The fixed batch with pad_id 0, one whose pad_id is 7 and holds real 0s, then one drawn afresh."""
+    rng = fresh_random()
+    B, T, pad = rng.randint(4, 6), rng.randint(6, 9), rng.randint(1, 30)
+    drawn = torch.tensor([[rng.choice([i for i in range(31) if i != pad]) for _ in range(T)] for _ in range(B)])
+    for row in drawn:
+        row[rng.randint(1, T):] = pad                                        # right padding, some rows none
+    return [(torch.tensor([[1, 5, 6, 7, 8], [1, 9, 4, 0, 0], [1, 3, 0, 0, 0]]), 0),
+            (torch.tensor([[1, 0, 6, 7], [1, 0, 7, 7]]), 7), (drawn, pad)]
+
+
+def _check_mask_on(fn, tgt_in: torch.Tensor, pad: int) -> None:
+    expected = _target_mask(tgt_in, pad)
+    got = call(fn, tgt_in, pad, on=f"tgt_in of shape (B, T) = {tuple(tgt_in.shape)} with pad_id={pad}")
+    assert isinstance(got, torch.Tensor), f"return a tensor, got {type(got).__name__}"
+    assert got.shape == expected.shape, f"expected shape (B, T, T) = {tuple(expected.shape)}, got {tuple(got.shape)}"
+    assert got.dtype == torch.bool, f"return a boolean mask (dtype torch.bool), got {got.dtype}"
+    if torch.equal(got, ~expected):
+        raise AssertionError("the mask is inverted: True must mean NOT allowed (PyTorch's convention)")
+    T = tgt_in.size(1)
+    causal = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+    padding = (tgt_in == pad)[:, None, :]
+    if torch.equal(got, causal & padding):
+        raise AssertionError("combine the two masks with | (or): a key is blocked if it is in the future OR "
+                             "padding; & blocks only keys that are both")
+    if pad != 0 and torch.equal(got, _target_mask(tgt_in, 0)):
+        raise AssertionError(f"with pad_id={pad} you masked the keys whose token is 0: compare with the pad_id "
+                             "argument, (tgt_in == pad_id), not with a fixed 0")
+    real = tgt_in != pad                                                     # (B, T)
+    assert not got.diagonal(dim1=1, dim2=2)[real].any(), \
+        "a position may attend to itself: the diagonal of a real token must be False"
+    if torch.equal(got, causal.expand_as(expected)) and padding.any():
+        raise AssertionError("padding is not masked: keys whose token is pad_id must be True in every row")
+    if torch.equal(got, causal | (tgt_in == pad)[:, :, None]):
+        raise AssertionError("you masked padding QUERIES (rows); mask padding KEYS (the last axis, columns): "
+                             "(tgt_in == pad_id)[:, None, :]")
+    unpadded = real.all(dim=1)
+    assert all(torch.equal(got[b], causal) for b in unpadded.nonzero().flatten().tolist()), (
+        "a row without padding gets the causal mask alone: True above the diagonal (key j > query t), False on and "
+        "below it")
+    assert torch.equal(got, expected), (
+        "mask padding KEYS (the last axis, columns), for every query; queries at padding may stay as they are")
+
+
 def check_target_mask(your_function) -> None:
     """`your_function(tgt_in (B, T), pad_id)` -> bool (B, T, T), True where query t may NOT attend key j."""
     def _check(fn):
-        pad = 0
-        tgt_in = torch.tensor([[1, 5, 6, 7, 8], [1, 9, 4, 0, 0], [1, 3, 0, 0, 0]])  # (B=3, T=5)
-        expected = _target_mask(tgt_in, pad)
-        got = call(fn, tgt_in.clone(), pad, on=f"tgt_in of shape (B, T) = {tuple(tgt_in.shape)} with pad_id={pad}")
-        assert isinstance(got, torch.Tensor), f"return a tensor, got {type(got).__name__}"
-        assert got.shape == expected.shape, f"expected shape (B, T, T) = {tuple(expected.shape)}, got {tuple(got.shape)}"
-        assert got.dtype == torch.bool, f"return a boolean mask (dtype torch.bool), got {got.dtype}"
-        if torch.equal(got, ~expected):
-            raise AssertionError("the mask is inverted: True must mean NOT allowed (PyTorch's convention)")
-        causal = expected[0]
-        padding = (tgt_in == pad)[:, None, :]
-        if torch.equal(got, causal & padding):
-            raise AssertionError("combine the two masks with | (or): a key is blocked if it is in the future OR "
-                                 "padding; & blocks only keys that are both")
-        assert not got[0].diagonal().any(), "a position may attend to itself: the diagonal of a real token must be False"
-        assert torch.equal(got[0], expected[0]), ("row 0 has no padding, so its mask is the causal mask: True above "
-                                                  "the diagonal (key j > query t), False on and below it")
-        if torch.equal(got, expected[0].expand_as(expected)):
-            raise AssertionError("padding is not masked: keys whose token is pad_id must be True in every row")
-        if torch.equal(got, causal | (tgt_in == pad)[:, :, None]):
-            raise AssertionError("you masked padding QUERIES (rows); mask padding KEYS (the last axis, columns): "
-                                 "(tgt_in == pad_id)[:, None, :]")
-        assert torch.equal(got, expected), (
-            "mask padding KEYS (the last axis, columns), for every query; queries at padding may stay as they are")
+        for tgt_in, pad in _mask_cases():
+            _check_mask_on(fn, tgt_in, pad)
     run_checker("causal and padding mask of the target", your_function, _check)
