@@ -70,9 +70,16 @@ def smoothed_q(logits, target, eps, pad_id, q_of, reduce="mean", log=True):
 RIGHT_Q = staticmethod(lambda one_hot, eps, V: (1 - eps) * one_hot + eps / V)
 
 
-@pytest.mark.parametrize("right", [smoothed, smoothed_by_parts,
-                                   lambda lg, t, eps, pad: LabelSmoothingLoss(eps, ignore_index=pad)(lg, t),
-                                   lambda lg, t, eps, pad: F.cross_entropy(lg, t, ignore_index=pad, label_smoothing=eps)])
+def smoothed_logsumexp(logits, target, eps, pad_id):
+    """Another right answer: log p = logits − logsumexp, q built with scatter, a boolean index for the mean."""
+    log_p = logits - logits.logsumexp(dim=1, keepdim=True)
+    q = torch.full_like(logits, eps / logits.size(1)).scatter_add(
+        1, target[:, None], torch.full((len(target), 1), 1 - eps))
+    keep = target != pad_id
+    return (-(q * log_p).sum(1) * keep).sum() / keep.sum()
+
+
+@pytest.mark.parametrize("right", [smoothed, smoothed_by_parts, smoothed_logsumexp])
 def test_label_smoothing_right_answers(right):
     assert accepted(check_label_smoothing, right)
 
@@ -97,7 +104,7 @@ def in_place_logits(lg, t, eps, pad):
     (lambda lg, t, eps, pad: smoothed_q(lg, t, eps, pad, RIGHT_Q.__func__, log=False), "log-probabilities"),
     (lambda lg, t, eps, pad: -(((1 - eps) * F.one_hot(t, lg.size(-1)) + eps / lg.size(-1)) * lg.log_softmax(-1))
      .mean(-1)[t != pad].mean(), "averaged over the V classes"),
-    (in_place_logits, "changed logits or target in place"),
+    (in_place_logits, "changed its input `lg` in place"),
     (lambda lg, t, eps, pad: smoothed(lg, t[:, None], eps, pad), "raised IndexError"),
     (lambda lg, t, eps, pad: 1.01 * smoothed(lg, t, eps, pad), "F.cross_entropy"),
 ])
@@ -114,7 +121,6 @@ def noam_branches(step, d, w, switch=None):
 
 @pytest.mark.parametrize("right", [
     lambda step, d, w: d ** -0.5 * min(step ** -0.5, step * w ** -1.5),
-    lambda step, d, w: noam_lr(step, d, w),
     noam_branches,
     lambda step, d, w: noam_branches(step, d, w, switch=w - 1),     # the branches meet at w: either side is right
     lambda step, d, w: torch.tensor(float(d)).rsqrt() * torch.minimum(torch.tensor(step ** -0.5), torch.tensor(step / w ** 1.5)),
@@ -132,13 +138,13 @@ def test_noam_right_answers(right):
     (lambda step, d, w: noam_branches(step, d, w, switch=w - 2), "step=3999: your rate is already the decay branch"),
     (lambda step, d, w: noam_branches(step, d, w, switch=w + 1), "step=4001: your rate still grows linearly"),
     (lambda step, d, w: noam_branches(step, d, w, switch=w // 2), "already the decay branch"),
-    (lambda step, d, w: noam_lr(step + 1, d, w), "you used step \\+ 1"),
+    (lambda step, d, w: d ** -0.5 * min((step + 1) ** -0.5, (step + 1) * w ** -1.5), "you used step \\+ 1"),
     (lambda step, d, w: d ** -0.5 * min((step - 1) ** -0.5, (step - 1) * w ** -1.5), "raised ZeroDivisionError.*step - 1"),
     (lambda step, d, w: d ** 0.5 * min(step ** -0.5, step * w ** -1.5), "d_model\\^0.5"),
     (lambda step, d, w: d ** -0.5 * min(step ** -0.5, step * w ** 1.5), "negative exponent"),
     (lambda step, d, w: d ** -0.5 * min(step ** 0.5, step * w ** -1.5), "step\\^0.5"),
-    (lambda step, d, w: [noam_lr(step, d, w)], "return a number"),
-    (lambda step, d, w: 3 * noam_lr(step, d, w), "step=1: expected"),
+    (lambda step, d, w: [noam_branches(step, d, w)], "return a number"),
+    (lambda step, d, w: 3 * noam_branches(step, d, w), "step=1: expected"),
 ])
 def test_noam_wrong_answers(wrong, message):
     with pytest.raises(AssertionError, match=message):
@@ -197,7 +203,7 @@ def test_gradient_accumulation_right_answers(right):
     (weights_with_padding, "padding included"),
     (lambda model, criterion, micro_batches, pad_id: criterion(model(micro_batches), 0), "raised"),
     (equal_weights, "weighted every micro-batch equally"),
-    (no_scaling, "differs from one pass|times too big"),
+    (no_scaling, "SUM of the micro-batch means|times too big"),
     (all_at_once, "one micro-batch at a time"),
     (lambda model, criterion, micro_batches, pad_id: None, "no gradient"),
 ])
@@ -212,8 +218,7 @@ def cooled(step, progress, d_model, warmup, cooldown):
 
 
 @pytest.mark.parametrize("right", [
-    cooled, lambda step, p, d, w, c: noam_lr(step, d, w) * cooldown_factor(p, c),
-    lambda step, p, d, w, c: noam_lr(step, d, w) * (1.0 if p <= 1 - c else (1 - p) / c),
+    cooled, lambda step, p, d, w, c: noam_lr(step, d, w) * (1.0 if p <= 1 - c else (1 - p) / c),
 ])
 def test_cooldown_right_answers(right):
     assert accepted(check_cooldown, right)
@@ -240,5 +245,102 @@ def test_a_crash_in_the_cooldown_is_named():
     (lambda step, p, d, w, c: [cooled(step, p, d, w, c)], "return a number"),
 ])
 def test_cooldown_wrong_answers(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_cooldown(wrong)
+
+
+# ---------------------------------------------------------------- what the issue found, and more slips
+def smoothed_exp_by_hand(logits, target, eps, pad_id):
+    """Overflows: exp(500) is inf in float32."""
+    p = logits.exp() / logits.exp().sum(-1, keepdim=True)
+    return smoothed_q(p.log(), target, eps, pad_id, RIGHT_Q.__func__)
+
+
+def smoothed_softmax_log(logits, target, eps, pad_id):
+    """Underflows: softmax then log gives log(0) = -inf for saturated logits."""
+    V = logits.size(-1)
+    q = (1 - eps) * F.one_hot(target, V).float() + eps / V
+    return -(q * logits.softmax(-1).log()).sum(-1)[target != pad_id].mean()
+
+
+@pytest.mark.parametrize("wrong,message", [
+    (lambda lg, t, eps, pad: F.cross_entropy(lg, t, ignore_index=pad, label_smoothing=eps), "without F.cross_entropy"),
+    (lambda lg, t, eps, pad: LabelSmoothingLoss(eps, ignore_index=pad)(lg, t), "without LabelSmoothingLoss"),
+    (lambda lg, t, eps, pad: torch.nn.CrossEntropyLoss(ignore_index=pad, label_smoothing=eps)(lg, t), "by hand"),
+    (lambda lg, t, eps, pad: smoothed(lg, t, eps, 0), "compare with the pad_id argument"),
+    (smoothed_exp_by_hand, "NaN for large logits.*log_softmax"),
+    (smoothed_softmax_log, "inf for saturated logits.*log_softmax"),
+    (lambda lg, t, eps, pad: -((((1 - eps) * F.one_hot(t, lg.size(-1)) + eps / lg.size(-1)) * lg).sum(-1))[t != pad].mean(),
+     "logits as if they were log-probabilities"),
+    (lambda lg, t, eps, pad: -((((1 - eps) * F.one_hot(t, lg.size(-1)) + eps / lg.size(-1)) * lg.log_softmax(0))
+                              .sum(-1))[t != pad].mean(), "dim=0"),
+])
+def test_label_smoothing_more_wrong_answers(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_label_smoothing(wrong)
+
+
+def noam_memorised(step, d, w):
+    table = {(512, 4000): {}, (128, 200): {}}
+    for (dd, ww), row in table.items():
+        for s in (1, 2, 10, ww // 2, ww - 1, ww, ww + 1, 4 * ww):
+            row[s] = dd ** -0.5 * min(s ** -0.5, s * ww ** -1.5)
+    return table.get((d, w), {}).get(step, 0.0)
+
+
+@pytest.mark.parametrize("wrong,message", [
+    (lambda step, d, w: noam_lr(step, d, w), "noam_lr is the course's own eq. 3"),
+    (lambda step, d, w: d ** -0.5 * min((step - 1) ** -0.5 if step > 1 else float("inf"), step * w ** -1.5),
+     "decay branch uses step - 1"),
+    (noam_memorised, "expected"),
+])
+def test_noam_more_wrong_answers(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_noam_lr(wrong)
+
+
+def counts_zeros(model, criterion, micro_batches, pad_id):
+    total = sum(int((y != 0).sum()) for _, y in micro_batches)
+    for x, y in micro_batches:
+        (criterion(model(x), y) * int((y != 0).sum()) / total).backward()
+
+
+def steps_an_optimizer(model, criterion, micro_batches, pad_id):
+    accumulate(model, criterion, micro_batches, pad_id)
+    with torch.no_grad():
+        for p in model.parameters():
+            p -= 0.1 * p.grad
+
+
+def accumulate_masks(model, criterion, micro_batches, pad_id):
+    """Another right answer: the real-target counts as tensors, the total computed first with a mask."""
+    masks = [y.ne(pad_id) for _, y in micro_batches]
+    total = torch.stack([m.sum() for m in masks]).sum()
+    for (x, y), m in zip(micro_batches, masks):
+        criterion(model(x), y).mul(m.sum() / total).backward()
+
+
+@pytest.mark.parametrize("wrong,message", [
+    (no_scaling, "SUM of the micro-batch means"),
+    (counts_zeros, "count those that are not pad_id"),
+    (steps_an_optimizer, "changed its input `model` in place"),
+])
+def test_gradient_accumulation_more_wrong_answers(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_gradient_accumulation(wrong)
+
+
+def test_gradient_accumulation_more_right_answers():
+    assert accepted(check_gradient_accumulation, accumulate_masks)
+
+
+@pytest.mark.parametrize("wrong,message", [
+    (lambda step, p, d, w, c: noam_lr(step, d, w) * cooldown_factor(p, c), "cooldown_factor is the course's own ramp"),
+    (lambda step, p, d, w, c: noam_lr(step, d, w) * min(1.0, (1 - p) / (1 - c)), "divided by 1 − cooldown"),
+    (lambda step, p, d, w, c: noam_lr(step, d, w) * 0.5 * (1 - math.cos(math.pi * min(1.0, (1 - p) / c))),
+     "cosine ramp"),
+    (lambda step, p, d, w, c: noam_lr(step, d, w) * (1.0 if p < 1 - c - 0.01 else (1 - p) / c), "cap the ramp at 1"),
+])
+def test_cooldown_more_wrong_answers(wrong, message):
     with pytest.raises(AssertionError, match=message):
         check_cooldown(wrong)

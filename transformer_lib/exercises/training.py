@@ -9,8 +9,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer_lib.exercises import call, run_checker
+from transformer_lib.exercises import Refuse, call, fresh_random, run_checker
 from transformer_lib.training import LabelSmoothingLoss, cooldown_factor, noam_lr
+
+_BY_HAND = ("the exercise asks for the loss by hand, without F.cross_entropy (or nn.CrossEntropyLoss) and without "
+            "LabelSmoothingLoss: build q = (1 − ε)·one_hot + ε/V and compute −Σ q · log_softmax(logits)")
+_NO_CROSS_ENTROPY = [Refuse("cross_entropy", _BY_HAND), Refuse((LabelSmoothingLoss, "forward"), _BY_HAND)]
+_NO_NOAM_LR = [Refuse(noam_lr, "noam_lr is the course's own eq. 3, the function this exercise asks you to write")]
+_NO_COOLDOWN_FACTOR = [Refuse(cooldown_factor, "cooldown_factor is the course's own ramp, the one this exercise asks "
+                              "you to write: min(1, (1 − progress) / cooldown)")]
 
 
 def _close(a, b, tol=1e-5) -> bool:
@@ -38,6 +45,10 @@ def _smoothed_variants(logits: torch.Tensor, target: torch.Tensor, eps: float, p
             -(q * log_p).mean(-1)[real].mean(),
         "you used probabilities where the loss needs log-probabilities: −Σ q · log_softmax(logits)":
             -(q * logits.softmax(-1)).sum(-1)[real].mean(),
+        "you used the logits as if they were log-probabilities: take log_softmax(logits) first, −Σ q · log p":
+            -(q * logits).sum(-1)[real].mean(),
+        "the log_softmax ran over the positions (dim=0); each position's distribution is over the V classes: "
+        "log_softmax(logits, dim=-1)": -(q * logits.log_softmax(0)).sum(-1)[real].mean(),
         "that is KL(q ‖ p) = cross-entropy − entropy of q; the loss is the cross-entropy −Σ q log p, which "
         "F.cross_entropy(label_smoothing=ε) computes": (per_position - entropy)[real].mean(),
             "ε and 1 − ε are swapped: the true token gets 1 − ε (+ ε/V), not ε":
@@ -60,28 +71,49 @@ def _smoothed_variants(logits: torch.Tensor, target: torch.Tensor, eps: float, p
     return variants
 
 
+def _smoothing_cases() -> list[tuple[torch.Tensor, torch.Tensor, float, int, str]]:
+    """(logits, target, eps, pad_id, what): fixed ones for each rule, then one drawn afresh."""
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(12, 7, generator=generator)
+    target = torch.randint(1, 7, (12,), generator=generator)
+    target[::3] = 0                                            # a third of the positions are padding (id 0)
+    other_pad = target.clone()
+    other_pad[1::4] = 3                                        # pad_id 3; id 0 is now a real token
+    rng = fresh_random()
+    N, V = rng.randint(5, 20), rng.randint(3, 12)
+    drawn = torch.tensor([rng.randrange(V) for _ in range(N)])
+    pad = rng.randrange(V)
+    drawn[0] = (pad + 1) % V                                   # at least one real position
+    return [(logits, target, eps, 0, "logits (N=12, V=7), target (N,) with 4 padding positions") for eps in (0.0, 0.1, 0.4)] + [
+        (logits, other_pad, 0.2, 3, "pad_id=3 (and 0 a real token)"),
+        (500 + logits, target, 0.1, 0, "large logits, around 500"),
+        (60 * logits, target, 0.1, 0, "saturated logits (60 × randn: some probabilities are below 1e-40)"),
+        (3 * torch.randn(N, V, generator=generator), drawn, round(rng.random() * 0.5, 3), pad, f"N={N}, V={V}")]
+
+
 def check_label_smoothing(your_function) -> None:
     """`your_function(logits (N, V), target (N,), eps, pad_id)` -> the label-smoothed loss, a scalar."""
     def _check(fn):
-        generator = torch.Generator().manual_seed(0)
-        logits = torch.randn(12, 7, generator=generator)
-        target = torch.randint(1, 7, (12,), generator=generator)
-        target[::3] = 0                                        # a third of the positions are padding (id 0)
-        for eps in (0.0, 0.1, 0.4):
-            expected = F.cross_entropy(logits, target, ignore_index=0, label_smoothing=eps)
-            logits_in, target_in = logits.clone(), target.clone()
-            got = call(fn, logits_in, target_in, eps, 0, on=f"logits (N=12, V=7), target (N,) with 4 padding "
-                       f"positions (pad_id=0), eps={eps}")
-            assert torch.equal(logits_in, logits) and torch.equal(target_in, target), \
-                "your function changed logits or target in place; compute on new tensors"
+        for logits, target, eps, pad, what in _smoothing_cases():
+            expected = F.cross_entropy(logits.double(), target, ignore_index=pad, label_smoothing=eps)
+            got = call(fn, logits, target, eps, pad, on=f"{what}, eps={eps}, pad_id={pad}", refuse=_NO_CROSS_ENTROPY)
             assert isinstance(got, torch.Tensor) and got.dim() == 0, "return the loss as a scalar tensor (0 dimensions)"
             if _close(got, expected):
                 continue
-            for message, wrong in _smoothed_variants(logits.double(), target, eps, 0).items():
+            if got.isnan():
+                raise AssertionError(f"NaN for {what}: exp of a large logit overflows (inf / inf). Use log_softmax, "
+                                     "which subtracts the row's max, instead of exp(logits) / sum")
+            if got.isinf():
+                raise AssertionError(f"inf for {what}: a probability underflowed to 0 and log(0) = −inf. Use "
+                                     "log_softmax(logits, dim=-1) instead of softmax(...).log()")
+            if pad != 0 and _close(got, F.cross_entropy(logits.double(), target, ignore_index=0, label_smoothing=eps)):
+                raise AssertionError(f"with pad_id={pad} you left out the positions whose target is 0: compare with "
+                                     "the pad_id argument, target != pad_id, not with a fixed 0")
+            for message, wrong in _smoothed_variants(logits.double(), target, eps, pad).items():
                 if _close(got, wrong) and not _close(wrong, expected):
                     raise AssertionError(f"ε = {eps}: {message}")
-            raise AssertionError(f"for ε = {eps} your loss is {float(got):.5f}, F.cross_entropy(logits, target, "
-                                 f"ignore_index=pad_id, label_smoothing=ε) gives {float(expected):.5f}"
+            raise AssertionError(f"for {what}, ε = {eps}, your loss is {float(got):.5f}, F.cross_entropy(logits, "
+                                 f"target, ignore_index=pad_id, label_smoothing=ε) gives {float(expected):.5f}"
                                  + (" (even without smoothing: the mean of −log p(true token))" if eps == 0 else ""))
     run_checker("label smoothing by hand", your_function, _check)
 
@@ -96,6 +128,8 @@ def _noam_slips(step: int, d: int, w: int) -> dict[str, float]:
             d ** -0.5 * min((step + 1) ** -0.5, (step + 1) * w ** -1.5),
         "steps count from 1 in eq. 3 (step 1 is the first update); you used step - 1":
             d ** -0.5 * min(max(step - 1, 1e-300) ** -0.5, (step - 1) * w ** -1.5),
+        "the decay branch uses step - 1; both branches take the same step, counted from 1: "
+        "min(step^-0.5, step · warmup^-1.5)": d ** -0.5 * min(max(step - 1, 1e-300) ** -0.5, linear),
         "the warmup branch is step · warmup_steps^-1.5 (a negative exponent)": d ** -0.5 * min(decay, step * w ** 1.5),
         "the warmup branch is step · warmup_steps^-1.5; you used the exponent -0.5": d ** -0.5 * min(decay, step * w ** -0.5),
         "the decay branch is step^-0.5 (it falls after the warmup); you used step^0.5": d ** -0.5 * min(step ** 0.5, linear),
@@ -105,11 +139,15 @@ def _noam_slips(step: int, d: int, w: int) -> dict[str, float]:
 def check_noam_lr(your_function) -> None:
     """`your_function(step, d_model, warmup_steps)` -> the paper's learning rate (eq. 3), steps from 1."""
     def _check(fn):
-        cases = [(d_model, warmup, step) for d_model, warmup in ((512, 4000), (128, 200))
+        rng = fresh_random()
+        drawn = (rng.randint(16, 1024), rng.randint(10, 3000))              # sizes no fixed case has
+        cases = [(d_model, warmup, step) for d_model, warmup in ((512, 4000), (128, 200), drawn)
                  for step in (1, 2, 10, warmup // 2, warmup - 1, warmup, warmup + 1, 4 * warmup)]
+        cases.append((*drawn, rng.randint(1, 10 * drawn[1])))
         got = {}
         for d_model, warmup, step in cases:
             value = call(fn, step, d_model, warmup, on=f"step={step}, d_model={d_model}, warmup_steps={warmup}",
+                         refuse=_NO_NOAM_LR,
                          hint=lambda e: ("eq. 3 counts steps from 1; step 1 must give d_model^-0.5 · warmup^-1.5 "
                                          "(did you use step - 1?)" if isinstance(e, ZeroDivisionError) else None))
             assert isinstance(value, (int, float)) or (torch.is_tensor(value) and value.numel() == 1), \
@@ -149,57 +187,87 @@ class _CountingLinear(nn.Module):
         return self.linear(x)
 
 
+def _micro_batch_cases() -> list[tuple[list, int]]:
+    """(micro_batches, pad_id): different numbers of real targets; then pad_id 3 with 0 a real target; then fresh."""
+    generator = torch.Generator().manual_seed(0)
+    cases = []
+    for sizes, pad in ((((6, 0), (10, 7), (4, 1)), 0), (((5, 1), (8, 6)), 3)):
+        micro_batches = []
+        for n, n_pad in sizes:
+            x = torch.randn(n, 5, generator=generator)
+            y = torch.randint(0, 9, (n,), generator=generator).masked_fill_(torch.arange(n) < n_pad, pad)
+            y[n_pad:] = torch.where(y[n_pad:] == pad, (pad + 1) % 9, y[n_pad:])
+            y[n_pad] = 0 if pad else y[n_pad]                      # with pad_id 3, a real target 0
+            micro_batches.append((x, y))
+        cases.append((micro_batches, pad))
+    rng = fresh_random()
+    pad, micro_batches = rng.randrange(9), []
+    for _ in range(rng.randint(2, 5)):
+        n = rng.randint(1, 9)
+        y = torch.tensor([pad if rng.random() < 0.4 else rng.choice([v for v in range(9) if v != pad]) for _ in range(n)])
+        y[0] = (pad + 1) % 9                                      # every micro-batch has a real target
+        micro_batches.append((torch.randn(n, 5, generator=generator), y))
+    return cases + [(micro_batches, pad)]
+
+
+def _grad_with(state: dict, criterion, micro_batches: list, weights: list[float] | None) -> torch.Tensor:
+    """The weight's gradient after backward() on each micro-batch's loss times its weight (None: all at once)."""
+    model = _CountingLinear(5, 9)
+    model.load_state_dict(state)
+    if weights is None:
+        criterion(model(torch.cat([x for x, _ in micro_batches])), torch.cat([y for _, y in micro_batches])).backward()
+    for (x, y), weight in zip(micro_batches, weights or []):
+        (criterion(model(x), y) * weight).backward()
+    return model.linear.weight.grad
+
+
+def _check_accumulation_on(fn, micro_batches: list, pad: int) -> None:
+    criterion = LabelSmoothingLoss(0.1, ignore_index=pad)
+    model = _CountingLinear(5, 9)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    sizes = [len(y) for _, y in micro_batches]
+    call(fn, model, criterion, micro_batches, pad, on=f"{len(sizes)} micro-batches of {sizes} examples "
+         f"({[int((y == pad).sum()) for _, y in micro_batches]} of them padding, pad_id={pad}) and a linear model")
+    assert model.largest <= max(sizes), ("run the model on one micro-batch at a time, not on all of them "
+                                         "concatenated: that is the point of accumulating")
+    grad, expected = model.linear.weight.grad, _grad_with(state, criterion, micro_batches, None)
+    assert grad is not None, "no gradient: call backward() on each micro-batch's loss"
+    if torch.allclose(grad, expected, atol=1e-6, rtol=1e-5):
+        return
+    real = [int((y != pad).sum()) for _, y in micro_batches]
+    not_zero = [int((y != 0).sum()) for _, y in micro_batches]
+    k = len(micro_batches)
+    slips = [
+        ([1.0] * k, "you called backward() on each micro-batch's loss as it is, so the gradients add up to the SUM of "
+                    "the micro-batch means; scale each loss by its share of the real targets, n_i / n_total"),
+        ([1 / k] * k, "you weighted every micro-batch equally; the loss is a mean over real target tokens, so weight "
+                      "each micro-batch by its share of them: n_i / n_total"),
+        ([n / sum(not_zero) for n in not_zero], f"you counted the targets that are not 0; count those that are not "
+         f"pad_id (here {pad}): (target != pad_id).sum()"),
+        ([len(y) / sum(sizes) for _, y in micro_batches], "you weighted each micro-batch by its number of examples, "
+         "padding included; the loss is a mean over REAL target tokens: weight by the count of targets != pad_id"),
+    ]
+    if torch.allclose(grad, expected * k, atol=1e-6):
+        raise AssertionError(f"the gradient is {k} times too big: scale each micro-batch's loss")
+    for weights, message in slips:
+        wrong = _grad_with(state, criterion, micro_batches, weights)
+        if torch.allclose(grad, wrong, atol=1e-6, rtol=1e-5) and not torch.allclose(wrong, expected, atol=1e-6):
+            raise AssertionError(message)
+    g_last = _grad_with(state, criterion, micro_batches[-1:], [1.0])
+    scale = float((grad * g_last).sum() / (g_last * g_last).sum())             # grad = scale · (last one's)?
+    if torch.allclose(grad, scale * g_last, atol=1e-6) and not torch.allclose(expected, scale * g_last, atol=1e-6):
+        raise AssertionError("only the last micro-batch's gradient is left: do not zero the gradients (or "
+                             "step the optimizer) between micro-batches; backward() adds into .grad")
+    torch.testing.assert_close(grad, expected, atol=1e-6, rtol=1e-5, msg=lambda m: (
+        f"the accumulated gradient differs from one pass over all micro-batches together (pad_id={pad}):\n" + m))
+
+
 def check_gradient_accumulation(your_function) -> None:
     """`your_function(model, criterion, micro_batches, pad_id)` leaves in `.grad` the gradient of the
     loss over all micro-batches together, running one micro-batch at a time."""
     def _check(fn):
-        generator = torch.Generator().manual_seed(0)
-        micro_batches = []
-        for n, n_pad in ((6, 0), (10, 7), (4, 1)):             # different numbers of real targets
-            x = torch.randn(n, 5, generator=generator)
-            y = torch.randint(1, 9, (n,), generator=generator)
-            y[:n_pad] = 0
-            micro_batches.append((x, y))
-        criterion = LabelSmoothingLoss(0.1, ignore_index=0)
-        torch.manual_seed(0)
-        model = _CountingLinear(5, 9)
-        reference, equal_weights = _CountingLinear(5, 9), _CountingLinear(5, 9)
-        reference.load_state_dict(model.state_dict())
-        equal_weights.load_state_dict(model.state_dict())
-        criterion(reference(torch.cat([x for x, _ in micro_batches])), torch.cat([y for _, y in micro_batches])).backward()
-        call(fn, model, criterion, micro_batches, 0, on="3 micro-batches of 6, 10 and 4 examples (0, 7 and 1 of "
-             "them padding, pad_id=0) and a linear model")
-        assert model.largest <= 10, ("run the model on one micro-batch at a time, not on all of them "
-                                     "concatenated: that is the point of accumulating")
-        grad, expected = model.linear.weight.grad, reference.linear.weight.grad
-        assert grad is not None, "no gradient: call backward() on each micro-batch's loss"
-        if torch.allclose(grad, expected * len(micro_batches), atol=1e-6):
-            raise AssertionError(f"the gradient is {len(micro_batches)} times too big: scale each micro-batch's loss")
-        for x, y in micro_batches:
-            (criterion(equal_weights(x), y) / len(micro_batches)).backward()
-        if torch.allclose(grad, equal_weights.linear.weight.grad, atol=1e-6):
-            raise AssertionError("you weighted every micro-batch equally; the loss is a mean over real target "
-                                 "tokens, so weight each micro-batch by its share of them: n_i / n_total")
-        last = _CountingLinear(5, 9)
-        last.load_state_dict(model.state_dict())
-        x, y = micro_batches[-1]
-        last.zero_grad()
-        criterion(last(x), y).backward()
-        g_last = last.linear.weight.grad
-        k = float((grad * g_last).sum() / (g_last * g_last).sum())             # grad = k · (last one's)?
-        if torch.allclose(grad, k * g_last, atol=1e-6) and not torch.allclose(expected, k * g_last, atol=1e-6):
-            raise AssertionError("only the last micro-batch's gradient is left: do not zero the gradients (or "
-                                 "step the optimizer) between micro-batches; backward() adds into .grad")
-        padded = _CountingLinear(5, 9)
-        padded.load_state_dict(model.state_dict())
-        total = sum(y.numel() for _, y in micro_batches)
-        for x, y in micro_batches:
-            (criterion(padded(x), y) * y.numel() / total).backward()
-        if torch.allclose(grad, padded.linear.weight.grad, atol=1e-6):
-            raise AssertionError("you weighted each micro-batch by its number of examples, padding included; the "
-                                 "loss is a mean over REAL target tokens: weight by the count of targets != pad_id")
-        torch.testing.assert_close(grad, expected, atol=1e-6, rtol=1e-5, msg=lambda m: (
-            "the accumulated gradient differs from one pass over all micro-batches together:\n" + m))
+        for micro_batches, pad in _micro_batch_cases():
+            _check_accumulation_on(fn, micro_batches, pad)
     run_checker("gradient accumulation", your_function, _check)
 
 
@@ -208,29 +276,41 @@ def check_cooldown(your_function) -> None:
     cooldown ramp min(1, (1 − progress) / cooldown) (1 before the last `cooldown` share of the run, 0 at its end)."""
     def _check(fn):
         d_model, warmup = 128, 200
-        for cooldown in (0.25, 0.5):
-            for step, progress in ((1, 0.0), (150, 0.3), (300, 0.74), (310, 0.8), (350, 0.9), (400, 1.0)):
-                noam = noam_lr(step, d_model, warmup)
-                expected = noam * cooldown_factor(progress, cooldown)
-                got = call(fn, step, progress, d_model, warmup, cooldown, on=f"step={step}, progress={progress}, "
-                           f"d_model={d_model}, warmup_steps={warmup}, cooldown={cooldown}")
-                assert isinstance(got, (int, float)) or (torch.is_tensor(got) and got.numel() == 1), \
-                    f"return a number, got {type(got).__name__}"
-                if math.isclose(float(got), expected, rel_tol=1e-6, abs_tol=1e-12):
-                    continue
-                where = f"step={step}, progress={progress}, cooldown={cooldown}"
-                if math.isclose(float(got), noam * (1 - progress), rel_tol=1e-6, abs_tol=1e-12):
-                    raise AssertionError(f"{where}: your ramp starts at the beginning of the run; it must stay at 1 "
-                                         "until the last `cooldown` share: min(1, (1 − progress) / cooldown)")
-                if math.isclose(float(got), noam * (1 - progress) / cooldown, rel_tol=1e-6, abs_tol=1e-12):
-                    raise AssertionError(f"{where}: cap the ramp at 1: before the cooldown the rate is eq. 3 "
-                                         "unchanged, min(1, (1 − progress) / cooldown)")
-                if math.isclose(float(got), noam, rel_tol=1e-6):
-                    raise AssertionError(f"{where}: your rate is eq. 3 unchanged; over the last `cooldown` share of "
-                                         "the run multiply it by (1 − progress) / cooldown, which reaches 0 at the end")
-                if math.isclose(float(got), noam * min(1.0, progress / cooldown), rel_tol=1e-6, abs_tol=1e-12):
-                    raise AssertionError(f"{where}: your ramp rises with progress; it must fall to 0 at "
-                                         "progress 1: use 1 − progress")
-                raise AssertionError(f"{where}: expected {expected:.6g}, got {float(got):.6g}; the rate is "
-                                     "noam_lr(step) · min(1, (1 − progress) / cooldown)")
+        rng = fresh_random()
+        drawn = round(rng.uniform(0.05, 0.95), 3)
+        cases = [(cooldown, step, progress) for cooldown in (0.25, 0.5) for step, progress in (
+            (1, 0.0), (150, 0.3), (300, 0.74), (310, 0.8), (350, 0.9), (400, 1.0))]
+        cases += [(0.2, 320, 0.8)]                                         # the boundary: the ramp is still 1
+        cases += [(drawn, rng.randint(1, 1000), p) for p in (rng.random(), 1 - drawn / 2, 1 - drawn)]
+        for cooldown, step, progress in cases:
+            noam = noam_lr(step, d_model, warmup)
+            expected = noam * cooldown_factor(progress, cooldown)
+            got = call(fn, step, progress, d_model, warmup, cooldown, on=f"step={step}, progress={progress}, "
+                       f"d_model={d_model}, warmup_steps={warmup}, cooldown={cooldown}", refuse=_NO_COOLDOWN_FACTOR)
+            assert isinstance(got, (int, float)) or (torch.is_tensor(got) and got.numel() == 1), \
+                f"return a number, got {type(got).__name__}"
+            if math.isclose(float(got), expected, rel_tol=1e-6, abs_tol=1e-12):
+                continue
+            where = f"step={step}, progress={progress}, cooldown={cooldown}"
+            if math.isclose(float(got), noam * (1 - progress), rel_tol=1e-6, abs_tol=1e-12):
+                raise AssertionError(f"{where}: your ramp starts at the beginning of the run; it must stay at 1 "
+                                     "until the last `cooldown` share: min(1, (1 − progress) / cooldown)")
+            if math.isclose(float(got), noam * (1 - progress) / cooldown, rel_tol=1e-6, abs_tol=1e-12):
+                raise AssertionError(f"{where}: cap the ramp at 1: before the cooldown the rate is eq. 3 "
+                                     "unchanged, min(1, (1 − progress) / cooldown)")
+            if math.isclose(float(got), noam, rel_tol=1e-6):
+                raise AssertionError(f"{where}: your rate is eq. 3 unchanged; over the last `cooldown` share of "
+                                     "the run multiply it by (1 − progress) / cooldown, which reaches 0 at the end")
+            if math.isclose(float(got), noam * min(1.0, progress / cooldown), rel_tol=1e-6, abs_tol=1e-12):
+                raise AssertionError(f"{where}: your ramp rises with progress; it must fall to 0 at "
+                                     "progress 1: use 1 − progress")
+            if math.isclose(float(got), noam * min(1.0, (1 - progress) / (1 - cooldown)), rel_tol=1e-6, abs_tol=1e-12):
+                raise AssertionError(f"{where}: you divided by 1 − cooldown; the ramp covers the last `cooldown` "
+                                     "share of the run, so divide by cooldown: min(1, (1 − progress) / cooldown)")
+            ramp = min(1.0, (1 - progress) / cooldown)
+            if math.isclose(float(got), noam * 0.5 * (1 - math.cos(math.pi * ramp)), rel_tol=1e-6, abs_tol=1e-12):
+                raise AssertionError(f"{where}: that is a cosine ramp; the exercise's ramp falls LINEARLY to 0: "
+                                     "min(1, (1 − progress) / cooldown)")
+            raise AssertionError(f"{where}: expected {expected:.6g}, got {float(got):.6g}; the rate is "
+                                 "noam_lr(step) · min(1, (1 − progress) / cooldown)")
     run_checker("the cooldown", your_function, _check)
