@@ -22,7 +22,6 @@ def accepted(check, answer) -> bool:
 
 @pytest.mark.parametrize("right", [
     lambda log_p, length, alpha: log_p / ((5 + length) / 6) ** alpha,
-    lambda log_p, length, alpha: log_p / length_penalty(length, alpha),
     lambda log_p, length, alpha: log_p * (6 / (5 + length)) ** alpha,
 ])
 def test_score_right_answers(right):
@@ -117,8 +116,7 @@ def shrinking_batch(model, src, mask, bos_id, eos_id, max_len):
     return results
 
 
-@pytest.mark.parametrize("right", [reference_greedy, lambda *args: greedy_decode(*args),
-                                   lambda *args: greedy_decode(*args, use_cache=False), cached_greedy,
+@pytest.mark.parametrize("right", [reference_greedy, cached_greedy,
                                    one_sentence_at_a_time, shrinking_batch])
 def test_greedy_right_answers(right):
     assert accepted(check_greedy_decode, right)
@@ -174,5 +172,28 @@ def padded_tensor(model, src, mask, bos_id, eos_id, max_len):
     (lambda m, s, k, b, e, n: reference_greedy(m, s, k, b, e, n)[:-1], "one list of ids per sentence"),
 ])
 def test_greedy_wrong_answers(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_greedy_decode(wrong)
+
+
+@pytest.mark.parametrize("wrong,message", [
+    (lambda log_p, length, alpha: log_p / length_penalty(length, alpha), "without calling the course's length_penalty"),
+    (lambda log_p, length, alpha: log_p / ((5 + length) ** alpha / 6), "exponent α applies to the whole fraction"),
+    (lambda log_p, length, alpha: log_p / (5 + length / 6) ** alpha, "mind the parentheses"),
+    (lambda log_p, length, alpha: {(-0.5, 1): -0.5}.get((log_p, length), log_p / ((5 + length) / 6) ** 0.6),
+     "expected"),
+])
+def test_score_more_wrong_answers(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_length_normalised_score(wrong)
+
+
+@pytest.mark.parametrize("wrong,message", [
+    (lambda *args: greedy_decode(*args), "without the course's greedy_decode"),
+    (lambda *args: greedy_decode(*args, use_cache=False), "without the course's greedy_decode"),
+    (lambda *a: reference_greedy(*a, strip=False, stop="never"), "never stops at </s>"),
+    (lambda *a: reference_greedy(*a, strip="drop ids", stop="never"), "ran all max_len steps and removed the </s> ids"),
+])
+def test_greedy_more_wrong_answers(wrong, message):
     with pytest.raises(AssertionError, match=message):
         check_greedy_decode(wrong)

@@ -13,11 +13,15 @@ import torch
 from torch import nn
 
 from transformer_lib.attention import subsequent_mask
-from transformer_lib.decoding import greedy_decode, length_penalty
-from transformer_lib.exercises import call, run_checker
+from transformer_lib.decoding import beam_search, greedy_decode, length_penalty
+from transformer_lib.exercises import Refuse, call, fresh_random, run_checker
 from transformer_lib.model import Transformer
 
 PAD, BOS, EOS = 0, 1, 2
+_NO_LENGTH_PENALTY = [Refuse(length_penalty, "write lp(Y) = ((5 + |Y|) / 6) ** α yourself, without calling the "
+                             "course's length_penalty")]
+_FROM_SCRATCH = "write greedy decoding from scratch, without the course's greedy_decode or beam_search"
+_NO_DECODER = [Refuse(greedy_decode, _FROM_SCRATCH), Refuse(beam_search, _FROM_SCRATCH)]
 
 
 def _score_cases():
@@ -25,12 +29,16 @@ def _score_cases():
         for length in (1, 2, 7, 30):
             for alpha in (0.0, 0.6, 1.0, 1.5):
                 yield log_prob, length, alpha
+    rng = fresh_random()
+    for _ in range(3):
+        yield -round(rng.uniform(0.01, 40), 4), rng.randint(3, 80), round(rng.uniform(0.1, 2), 3)
 
 
 def _check_score(your_function) -> None:
     for log_prob, length, alpha in _score_cases():
         expected = log_prob / length_penalty(length, alpha)
-        got = call(your_function, log_prob, length, alpha, on=f"log_prob={log_prob}, length={length}, alpha={alpha}")
+        got = call(your_function, log_prob, length, alpha, on=f"log_prob={log_prob}, length={length}, alpha={alpha}",
+                   refuse=_NO_LENGTH_PENALTY)
         assert isinstance(got, (int, float)) or (torch.is_tensor(got) and got.numel() == 1), \
             f"return a number, got {type(got).__name__}"
         got = float(got)
@@ -45,12 +53,16 @@ def _check_score(your_function) -> None:
             hint = " Raise (5 + |Y|) / 6 to the power α."
         elif math.isclose(got, log_prob / length ** alpha, rel_tol=1e-6):
             hint = " GNMT's penalty is ((5 + |Y|) / 6)^α, not |Y|^α."
+        elif math.isclose(got, log_prob / ((5 + length) ** alpha / 6), rel_tol=1e-6):
+            hint = " The exponent α applies to the whole fraction: ((5 + |Y|) / 6)^α, not (5 + |Y|)^α / 6."
+        elif math.isclose(got, log_prob / (5 + length / 6) ** alpha, rel_tol=1e-6):
+            hint = " Divide the sum by 6: ((5 + |Y|) / 6)^α, not (5 + |Y| / 6)^α (mind the parentheses)."
         raise AssertionError(f"log_prob={log_prob}, length={length}, alpha={alpha}: expected {expected:.6f}, "
                              f"got {got:.6f}.{hint}")
     lengths = torch.tensor([1.0, 4.0, 13.0])
     got = call(your_function, torch.tensor([-1.0, -2.0, -3.0]), lengths, 0.6, on="log_prob and length as tensors "
                "of 3 hypotheses", hint="use ** (not math.pow or math.exp/log), which works on numbers and "
-               "tensors alike")
+               "tensors alike", refuse=_NO_LENGTH_PENALTY)
     assert isinstance(got, torch.Tensor) and got.shape == (3,), \
         "given tensors of log-probabilities and lengths, return a tensor of the same shape (use ** not math.pow)"
     torch.testing.assert_close(got, torch.tensor([-1.0, -2.0, -3.0]) / length_penalty(lengths, 0.6))
@@ -190,7 +202,7 @@ def _greedy(model, src, mask, max_len, causal=True, encoder_mask=True, decoder_m
                               mask if decoder_mask else None)
         ys = torch.cat([ys, model.generator(hidden[:, position]).argmax(-1, keepdim=True)], dim=1)
         ended = (ys == EOS).any(dim=1)
-        if stop == "all" and ended.all() or stop == "any" and ended.any():
+        if stop == "all" and ended.all() or stop == "any" and ended.any():     # stop="never": all max_len steps
             break
     rows = ys.tolist() if keep_bos else ys[:, 1:].tolist()
     if cut == "first":
@@ -205,6 +217,12 @@ _SLIPS = [
     ("drop the leading <s>: return only the generated ids", dict(keep_bos=True)),
     ("each output still holds its </s>; cut every sentence at its first </s> and leave the </s> out",
      dict(cut="keep")),
+    ("your decoding never stops at </s>: it ran all max_len steps and returned what the model wrote after </s> too. "
+     "A sentence ends at its first </s>: stop once every sentence has produced it, and cut each there",
+     dict(stop="never", cut="keep")),
+    ("you ran all max_len steps and removed the </s> ids, but kept what the model wrote AFTER </s>; a sentence "
+     "ends at its first </s>: stop once every sentence has produced it, and cut each at its own",
+     dict(stop="never", cut="drop ids")),
     ("you removed the </s> ids but kept what the model wrote AFTER </s>; a sentence ends at its first </s>: "
      "cut there, row[:row.index(eos_id)]", dict(cut="drop ids")),
     ("the whole batch stopped when the FIRST sentence ended; each sentence ends at its own </s> (or max_len): "
@@ -234,7 +252,7 @@ def _compare(your_function, model, src, mask, max_len: int, expected: list[list[
     src_in, mask_in = src.clone(), mask.clone()
     with torch.no_grad():
         got = call(your_function, model, src_in, mask_in, BOS, EOS, max_len, on=f"decoding {what} "
-                   f"(src {tuple(src.shape)}, max_len={max_len})", hint=_decode_hint)
+                   f"(src {tuple(src.shape)}, max_len={max_len})", hint=_decode_hint, refuse=_NO_DECODER)
     assert torch.equal(src_in, src) and torch.equal(mask_in, mask), "your function changed src or the mask in place"
     assert isinstance(got, (list, tuple)) and all(isinstance(row, (list, tuple)) or torch.is_tensor(row) for row in got), \
         f"return a list with one list of ids per sentence, got {type(got).__name__}"
@@ -277,10 +295,16 @@ def _check_greedy(your_function) -> None:
             raise AssertionError(f"every sentence had produced </s> after {needed} steps, but your decoder went on "
                                  f"to {steps.longest_prefix} (max_len={max_len}): stop as soon as every sentence has "
                                  "ended, instead of always running max_len steps and cutting afterwards")
+    rng = fresh_random()
+    lengths = [rng.randint(3, 12) for _ in range(rng.randint(2, 6))]
+    src, mask = _sources(lengths, rng.randrange(10 ** 6))
+    _compare(your_function, _ReversingModel(), src, mask, 15, _greedy(_ReversingModel(), src, mask, 15),
+             f"a hand-built model that writes each of {len(lengths)} source sentences of lengths {lengths} reversed")
     # Tiny random Transformers. eos_bias: 0 leaves </s> rare (outputs run to max_len), 2.5 makes sentences end early.
-    for seed, eos_bias, max_len in ((0, 0.0, 6), (1, 2.5, 12), (2, 2.5, 12), (3, 1.5, 9)):
+    drawn = (rng.randrange(4, 10 ** 6), round(rng.uniform(1.0, 3.0), 2), rng.randint(4, 14))
+    for seed, eos_bias, max_len in ((0, 0.0, 6), (1, 2.5, 12), (2, 2.5, 12), (3, 1.5, 9), drawn):
         model = _tiny_model(seed, eos_bias)
-        src, mask = _sources([7, 4, 9, 5], seed)
+        src, mask = _sources([7, 4, 9, 5] if seed < 4 else lengths, seed)
         expected = greedy_decode(model, src, mask, BOS, EOS, max_len=max_len, use_cache=False)
         _compare(your_function, model, src, mask, max_len, expected, f"a tiny random Transformer (seed {seed})")
 
