@@ -40,6 +40,9 @@ def test_brevity_penalty_right_answers(right):
     (lambda c, r: min(1.0, math.exp(1 - r / c)), "raised ZeroDivisionError .* candidate is empty"),
     (lambda c, r: [1.0], "return a number"),
     (lambda c, r: 0.0 if c == 0 else min(1.0, math.exp(1 - c / r)) if c < r else 1.0, "r over c"),
+    (lambda c, r: 0.0 if c == 0 else 1.0 if c >= r else math.exp(1 - r // c), "r // c is integer division"),
+    (lambda c, r: 0.0 if c == 0 else 1.0 if c >= r else 1 - r / c, "exponential is missing"),
+    (lambda c, r: {(9, 10): 0.894839, (5, 10): 0.367879, (1, 7): 0.002479, (3, 30): 1.2341e-4}.get((c, r), 1.0 if c else 0.0), "expected"),
     (lambda c, r: 0.0 if c == 0 else math.exp(1 - r / c), "BP = 1 when c >= r"),
     (lambda c, r: 1.0 if c >= r else math.exp(1 - r / max(c, 1e-9)) if c else 1.0, "return 0.0"),
     (lambda c, r: 0.0 if c == 0 else 1.0 if c >= r else math.exp(-r / c), "expected exp"),
@@ -95,3 +98,30 @@ def missing_last(words, n):
 def test_ngram_precision_wrong_answers(wrong, message):
     with pytest.raises(AssertionError, match=message):
         check_ngram_precision(wrong)
+
+
+def test_brevity_penalty_refuses_sacrebleu():
+    def via_sacrebleu(c, r):
+        import sacrebleu
+        return sacrebleu.corpus_bleu([" ".join(["w"] * c)], [[" ".join(["w"] * r)]], tokenize="none").bp
+
+    with pytest.raises(AssertionError, match="compute it yourself"):
+        check_brevity_penalty(via_sacrebleu)
+
+
+def test_ngram_precision_refuses_sacrebleu_and_reads_an_empty_hypothesis():
+    def via_sacrebleu(hypothesis, reference, n):
+        import sacrebleu
+        score = sacrebleu.corpus_bleu([" ".join(hypothesis)], [[" ".join(reference)]], tokenize="none")
+        return score.counts[n - 1], score.totals[n - 1]
+
+    with pytest.raises(AssertionError, match="compute it yourself"):
+        check_ngram_precision(via_sacrebleu)
+
+    def crashes_on_empty(hypothesis, reference, n):
+        grams = [tuple(hypothesis[i:i + n]) for i in range(len(hypothesis) - n + 1)]
+        ref = [tuple(reference[i:i + n]) for i in range(len(reference) - n + 1)]
+        return sum(min(grams.count(g), ref.count(g)) for g in set(grams)), len(grams) // (len(hypothesis) > 0)
+
+    with pytest.raises(AssertionError, match="ZeroDivisionError.*an empty hypothesis"):
+        check_ngram_precision(crashes_on_empty)

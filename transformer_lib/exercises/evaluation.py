@@ -10,35 +10,59 @@ re-tokenize (`tokenize="none"`: words are split on spaces):
 import math
 
 import sacrebleu
+from sacrebleu.metrics import helpers
+from sacrebleu.metrics.base import Metric
 
-from transformer_lib.exercises import call, run_checker
+from transformer_lib.exercises import Refuse, call, fresh_random, run_checker
+
+_YOURSELF = "compute it yourself: sacreBLEU is what the checker compares your function with"
+_NO_SACREBLEU = [Refuse((Metric, "corpus_score"), _YOURSELF), Refuse((Metric, "sentence_score"), _YOURSELF),
+                 Refuse(helpers.extract_all_word_ngrams, _YOURSELF), Refuse(helpers.extract_word_ngrams, _YOURSELF)]
 
 
 def _sacrebleu(hypothesis: str, reference: str):
     return sacrebleu.corpus_bleu([hypothesis], [[reference]], tokenize="none")
 
 
+_BP_SLIPS = {  # a slip that explains every answer for c > 0, and the message that names it
+    "r // c is integer division (it drops the fraction); divide with /: exp(1 - r / c)":
+        lambda c, r: 1.0 if c >= r else math.exp(1 - r // c),
+    "you computed exp(1 - c / r); the penalty is exp(1 - r / c), r over c, which is below 1 when c < r":
+        lambda c, r: 1.0 if c >= r else min(1.0, math.exp(1 - c / r)),
+    "the exponential is missing: BP = exp(1 - r / c) when c < r": lambda c, r: 1.0 if c >= r else 1 - r / c,
+}
+
+
 def _check_bp(your_function) -> None:
-    for c, r in ((10, 10), (12, 10), (9, 10), (5, 10), (1, 7), (3, 30), (0, 5)):
-        expected = _sacrebleu(" ".join(["w"] * c), " ".join(["w"] * r)).bp
+    rng = fresh_random()
+    drawn = [(rng.randint(1, 60), rng.randint(1, 60)) for _ in range(3)] + [(rng.randint(61, 90), rng.randint(91, 200))]
+    answers = {}
+    for c, r in [(10, 10), (12, 10), (9, 10), (5, 10), (1, 7), (3, 30), (7, 20), (0, 5)] + drawn:
         got = call(your_function, c, r, on=f"the candidate is empty (c=0, r={r})" if c == 0 else f"c={c}, r={r}",
                    hint=("an empty output has BP = 0 (and BLEU 0): return 0.0 before dividing by c"
-                         if c == 0 else None))
+                         if c == 0 else None), refuse=_NO_SACREBLEU)
         assert isinstance(got, (int, float)) or (hasattr(got, "__float__") and getattr(got, "ndim", 0) == 0), \
             f"c={c}, r={r}: return a number, got {type(got).__name__}"
-        got = float(got)
-        if math.isclose(got, expected, rel_tol=1e-6, abs_tol=1e-9):
-            continue
-        if c == 0:
-            raise AssertionError(f"c=0, r={r}: expected 0.0, got {got}. An empty output has BP = 0 (and BLEU 0): "
-                                 f"return 0.0 before dividing by c")
-        if c >= r:
-            raise AssertionError(f"c={c}, r={r}: expected 1.0, got {got:.6f}. A hypothesis corpus at least as "
-                                 f"long as the references is not penalized: BP = 1 when c >= r")
-        if got >= 1:
-            raise AssertionError(f"c={c}, r={r}: expected {expected:.6f}, got {got:.6f}. A short output (c < r) "
-                                 f"gets BP = exp(1 - r / c) < 1 (r over c, not c over r)")
-        raise AssertionError(f"c={c}, r={r}: expected exp(1 - r / c) = {expected:.6f}, got {got:.6f}")
+        answers[c, r] = float(got)
+    expected = {(c, r): _sacrebleu(" ".join(["w"] * c), " ".join(["w"] * r)).bp for c, r in answers}
+    wrong = [(c, r) for c, r in answers if not math.isclose(answers[c, r], expected[c, r], rel_tol=1e-6, abs_tol=1e-9)]
+    if not wrong:
+        return
+    for message, slip in _BP_SLIPS.items():
+        if all(math.isclose(answers[c, r], slip(c, r), rel_tol=1e-6) for c, r in answers if c > 0):
+            raise AssertionError(message)
+    c, r = wrong[0]
+    got, want = answers[c, r], expected[c, r]
+    if c == 0:
+        raise AssertionError(f"c=0, r={r}: expected 0.0, got {got}. An empty output has BP = 0 (and BLEU 0): "
+                             f"return 0.0 before dividing by c")
+    if c >= r:
+        raise AssertionError(f"c={c}, r={r}: expected 1.0, got {got:.6f}. A hypothesis corpus at least as "
+                             f"long as the references is not penalized: BP = 1 when c >= r")
+    if got >= 1:
+        raise AssertionError(f"c={c}, r={r}: expected {want:.6f}, got {got:.6f}. A short output (c < r) "
+                             f"gets BP = exp(1 - r / c) < 1")
+    raise AssertionError(f"c={c}, r={r}: expected exp(1 - r / c) = {want:.6f}, got {got:.6f}")
 
 
 def check_brevity_penalty(your_function) -> None:
@@ -51,17 +75,26 @@ CASES = [("the the the the the the the", "the cat is on the mat"),        # Papi
          ("a dog chased the red ball", "a dog chased the red ball"),
          ("ball red the chased dog a", "a dog chased the red ball"),
          ("the mat", "the cat sat on the mat"),
-         ("la la la kampo la", "la kampo la kampo")]
+         ("la la la kampo la", "la kampo la kampo"),
+         ("", "the cat sat")]                                                # an empty hypothesis: (0, 0)
+
+
+def _fresh_cases() -> list[tuple[str, str]]:
+    rng = fresh_random()
+    words = ["la", "kampo", "the", "cat", "mat", "on", "a", "dog"][:rng.randint(3, 8)]
+    return [(" ".join(rng.choice(words) for _ in range(rng.randint(1, 12))),
+             " ".join(rng.choice(words) for _ in range(rng.randint(1, 12)))) for _ in range(3)]
 
 
 def _check_precision(your_function) -> None:
     results = []                                     # (hypothesis, reference, n, expected, got)
-    for hypothesis, reference in CASES:
+    for hypothesis, reference in CASES + _fresh_cases():
         scores = _sacrebleu(hypothesis, reference)
         for n in (1, 2, 3, 4):
-            got = call(your_function, hypothesis.split(), reference.split(), n,
+            got = call(your_function, hypothesis.split(), reference.split(), n, refuse=_NO_SACREBLEU,
                        on=f"n={n}, hypothesis {hypothesis!r}, reference {reference!r}" + (
-                           " (shorter than n words)" if len(hypothesis.split()) < n else ""))
+                           " (shorter than n words)" if len(hypothesis.split()) < n else "")
+                       + (" (an empty hypothesis)" if not hypothesis else ""))
             assert isinstance(got, tuple) and len(got) == 2, "return a tuple (matches, total)"
             results.append((hypothesis, reference, n, (scores.counts[n - 1], scores.totals[n - 1]),
                             (int(got[0]), int(got[1]))))
