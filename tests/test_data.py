@@ -57,10 +57,11 @@ def test_read_lines_crlf_bom_and_missing_final_newline(tmp_path):
 
 @pytest.mark.parametrize("name", ["a.de", "a.de.gz"])
 def test_read_lines_lone_cr_line_endings(tmp_path, name):
-    """Old Mac files end lines with a lone \r: read as separate lines, as Python's universal newlines do,
-    also when mixed with \n and \r\n in one file."""
+    """Old Mac files (no \n at all) end lines with a lone \r. In a file of \n or \r\n lines, a lone \r ends no
+    line: it is refused where it is, not read as a line break that would shift every later line by one."""
     assert read_lines(write(tmp_path / name, "\r".join(GERMAN) + "\r")) == GERMAN
-    assert read_lines(write(tmp_path / ("mixed" + name), f"{GERMAN[0]}\r{GERMAN[1]}\r\n{GERMAN[2]}\n")) == GERMAN
+    with pytest.raises(ValueError, match=rf"mixed{name}, line 1, column 30: a carriage return"):
+        read_lines(write(tmp_path / ("mixed" + name), f"{GERMAN[0]}\r{GERMAN[1]}\r\n{GERMAN[2]}\n"))
     with pytest.raises(ValueError, match=rf"{name}, line 2: empty line"):
         read_lines(write(tmp_path / name, f"{GERMAN[0]}\r\r{GERMAN[1]}\r"))
     pairs = read_parallel_files(write(tmp_path / "cr.de", "\r".join(GERMAN)), write(tmp_path / "lf.en", lines(ENGLISH)))
