@@ -30,10 +30,39 @@ def test_shard_stub_is_not_attempted(capsys):
     assert "not attempted yet" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("right", [shard_batches, lambda b, r, n: b[r:len(b) - len(b) % n:n],
+@pytest.mark.parametrize("right", [lambda b, r, n: b[r:len(b) - len(b) % n:n],
                                    lambda b, r, n: [x for i, x in enumerate(b[:len(b) // n * n]) if i % n == r]])
 def test_shard_right_answers(right):
     assert accepted(check_shard, right)
+
+
+def shard_loop(batches, rank, world_size):
+    """Another right answer: a loop over the updates, each taking the rank's batch from a full group of N."""
+    shard = []
+    for start in range(0, len(batches) - world_size + 1, world_size):
+        shard.append(batches[start + rank])
+    return shard
+
+
+def test_shard_more_right_answers():
+    assert accepted(check_shard, shard_loop)
+
+
+def shard_pops(batches, rank, world_size):
+    while len(batches) % world_size:
+        batches.pop()                                              # edits the caller's list
+    return batches[rank::world_size]
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (shard_batches, "shard_batches is the course's own function"),
+    (lambda b, r, n: b[len(b) % n:][r::n], "dropped the FIRST"),
+    (shard_pops, "changed its input `batches` in place"),
+    (lambda b, r, n: b[r:len(b) - len(b) % n:n] if len(b) >= n else b[r:r + 1], "fewer batches than ranks|same number"),
+])
+def test_shard_more_wrong_answers(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_shard(wrong)
 
 
 def blocks(batches, rank, world_size):
