@@ -5,9 +5,16 @@ served from build/site on 127.0.0.1, and every page is opened in Debian's `chrom
 Playwright, at 390 x 844 (a phone) and at 1366 x 900 (a laptop). Each page must: log no console
 error, request nothing outside 127.0.0.1, load every image, finish MathJax with no TeX error and
 no raw `$...$` left in its text, have every internal link point to an existing page and anchor,
-be no wider than the window, let every code block, output, display equation and table either fit
-its column or scroll in its own box (never cut off), show no nbdev directive line, and have a
-"Back to top" button that covers nothing.
+be no wider than the window, let every code block, output and display equation either fit its
+column or scroll in its own box (never cut off), fit every table in its column (a wide one as
+cards of "header: value", each with its header), show no nbdev directive line, and, when it is
+longer than two screens, show a "Back to top" that covers nothing once the reader is down the page.
+
+On the phone, the smallest text of every figure that records its font size (the PNG's tEXt entry
+TEXT_SIZE_KEY, written by transformer_lib.plotting.use_course_style, and its pHYs dpi) is measured
+as displayed: font_pt * dpi / 72 * (displayed width / the PNG's width) CSS px. Every such figure must
+reach MIN_FIGURE_TEXT_PX, and at least MEASURED_FIGURES of them must be measurable;
+build/site_figure_text.json lists each figure's size.
 
 A cell folded in Jupyter (tag `hide-input`, `jupyter.source_hidden`) must show as a collapsed
 "show code" toggle with its outputs visible: checked on a small notebook built through the same
@@ -35,7 +42,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "docs"))
-from stage_site import DOC_PAGES, repository_url, rewrite_links, site_cells, site_pages, strip_directives  # noqa: E402
+from stage_site import (DOC_PAGES, repository_url, rewrite_links, site_cells, site_outputs, site_pages,  # noqa: E402
+                        split_text_tables, strip_directives, table_html)
+from transformer_lib.plotting import TEXT_SIZE_KEY  # noqa: E402
 
 SITE = ROOT / "build" / "site"
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
@@ -94,9 +103,16 @@ LAYOUT_JS = """() => {
       problems.push(`cut off: ${el.scrollWidth} px of content in ${el.clientWidth} px, no scrollbar: ${describe(el)}`);
     } else if (box && box.scrollWidth > box.clientWidth + 1) {
       scrolling++;
+      if (el.tagName === 'TABLE')  // a reader must see every number without scrolling sideways
+        problems.push(`table needs a sideways scroll (${box.scrollWidth} px in ${box.clientWidth} px): ${describe(el)}`);
       if (!getComputedStyle(box).backgroundImage.includes('gradient'))
         problems.push(`scrolls without the edge shadows: ${describe(el)}`);
     }
+  }
+  // A table shown as cards: each shown cell names its column.
+  for (const cell of article.querySelectorAll('table.course-stacked td')) {
+    if (cell.getClientRects().length && !getComputedStyle(cell, '::before').content.includes(':'))
+      problems.push(`a card's cell without its header: ${describe(cell)}`);
   }
   let outside = 0;
   for (const el of article.querySelectorAll('*')) {
@@ -112,19 +128,22 @@ LAYOUT_JS = """() => {
 # nbdev's `#| export` / `#| default_exp` lines at the top of a code cell, as the page shows them.
 DIRECTIVES_JS = r"""() => Array.from(document.querySelectorAll('.cell_input pre'))
   .map(pre => pre.textContent).filter(code => /^\s*#\|/.test(code)).map(code => code.slice(0, 60))"""
-# Where "Back to top" is, once the reader has scrolled down and back up a little (the theme shows
-# it then): what lies under it must be the header bar's background, not text or another control.
+# On a page longer than two screens, "Back to top" must show once the reader is at the bottom (at
+# every width), and what lies under it must be the header bar's background, not text or a control.
 BACK_TO_TOP_JS = """async () => {
-  const pause = () => new Promise(resolve => setTimeout(resolve, 150));
+  const frames = n => new Promise(resolve => {
+    const step = k => k ? requestAnimationFrame(() => step(k - 1)) : resolve();
+    step(n);
+  });
   const button = document.getElementById('pst-back-to-top');
   if (!button) return ['no Back to top button'];
-  window.scrollTo(0, Math.min(3000, document.documentElement.scrollHeight));
-  await pause();
-  window.scrollBy(0, -200);
-  await pause();
-  if (getComputedStyle(button).display === 'none') return [];
+  const height = document.documentElement.scrollHeight;
+  if (height <= 2 * window.innerHeight) return [];
+  window.scrollTo({top: height, behavior: 'instant'});
+  await frames(3);
   const r = button.getBoundingClientRect();
-  if (r.width === 0) return [];
+  if (getComputedStyle(button).display === 'none' || r.width === 0 || r.bottom <= 0 || r.top >= window.innerHeight)
+    return [`no Back to top at the bottom of a page ${(height / window.innerHeight).toFixed(1)} screens long`];
   const header = document.querySelector('.bd-header-article');
   const problems = [];
   for (const fx of [0.05, 0.5, 0.95]) for (const fy of [0.1, 0.5, 0.9]) {
@@ -136,6 +155,40 @@ BACK_TO_TOP_JS = """async () => {
   }
   return problems;
 }"""
+# Every figure of the article as the page shows it: its file, displayed and natural width.
+FIGURES_JS = """() => Array.from(document.querySelectorAll('.bd-article img'))
+  .map(img => ({src: img.currentSrc || img.src, shown: img.getBoundingClientRect().width, natural: img.naturalWidth}))"""
+MIN_FIGURE_TEXT_PX = 8     # the smallest figure text a phone reader reads without a tap
+MEASURED_FIGURES = 5       # figures that record their font size (the rest cannot be measured yet)
+# (page, figure file) -> its smallest text on the phone in CSS px, or None when it records no font size.
+FIGURE_TEXT_PX: dict[tuple[str, str], float | None] = {}
+
+
+def figure_text_px(png: Path, shown_width: float) -> float | None:
+    """The smallest text of the figure `png` shown `shown_width` CSS px wide, in CSS px; None when
+    the PNG does not record its smallest font size (TEXT_SIZE_KEY) and its dpi."""
+    from PIL import Image
+
+    with Image.open(png) as image:
+        font_pt, dpi, natural_width = image.info.get(TEXT_SIZE_KEY), image.info.get("dpi"), image.width
+    if font_pt is None or not dpi:
+        return None
+    return float(font_pt) * dpi[0] / 72 * shown_width / natural_width
+
+
+def measure_figures(page, name: str, origin: str) -> list[str]:
+    """Record the smallest text of each figure on `page` (FIGURE_TEXT_PX); the ones too small."""
+    problems = []
+    for figure in page.evaluate(FIGURES_JS):
+        src = urlsplit(figure["src"])
+        if f"{src.scheme}://{src.netloc}" != origin or not figure["natural"]:
+            continue  # a broken image is reported on its own
+        png = SITE / unquote(src.path).lstrip("/")
+        size = figure_text_px(png, figure["shown"]) if png.suffix == ".png" else None
+        FIGURE_TEXT_PX[name, png.name] = size
+        if size is not None and size < MIN_FIGURE_TEXT_PX:
+            problems.append(f"figure text {size:.1f} px < {MIN_FIGURE_TEXT_PX} px on a phone: {png.name}")
+    return problems
 
 
 def newest_mtime(paths) -> float:
@@ -269,17 +322,32 @@ def open_page(browser, url: str, viewport=None):
     if page.evaluate("() => document.querySelector('.math') !== null"):
         page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise")
         page.evaluate("() => MathJax.startup.promise.then(() => document.fonts.ready).then(() => true)")
-        # course.js has given a formula too wide for its line a scrolling line of its own.
-        page.wait_for_function("() => document.documentElement.dataset.courseMath === 'fitted'")
+    # course.js has fitted the page: a wide table made cards, a formula too wide for its line given
+    # a scrolling line of its own.
+    page.wait_for_function("() => document.documentElement.dataset.courseMath === 'fitted'")
     return page, problems
 
 
+def resize(page, viewport: dict) -> None:
+    """Give `page` another window size and wait until course.js has fitted the page to it."""
+    page.evaluate("() => { delete document.documentElement.dataset.courseMath; }")
+    page.set_viewport_size(viewport)
+    page.wait_for_function("() => document.documentElement.dataset.courseMath === 'fitted'")
+
+
 @pytest.mark.parametrize("name", PAGES)
-@pytest.mark.parametrize("viewport", VIEWPORTS)
-def test_page_in_chromium(name, viewport, browser, server):
-    page, problems = open_page(browser, f"{server}/{name}", viewport=VIEWPORTS[viewport])
+def test_page_in_chromium(name, browser, server):
+    """The page as a phone shows it, then the same page in a laptop's window (one load for both:
+    course.js fits the page again when the window changes, as it does when a tablet turns)."""
+    page, problems = open_page(browser, f"{server}/{name}", viewport=VIEWPORTS["phone"])
     try:
-        problems += page.evaluate(LAYOUT_JS)["problems"]
+        for viewport in VIEWPORTS:
+            if viewport != "phone":
+                resize(page, VIEWPORTS[viewport])
+            problems += [f"{viewport}: {p}" for p in page.evaluate(LAYOUT_JS)["problems"]]
+            problems += [f"{viewport}: {p}" for p in page.evaluate(BACK_TO_TOP_JS)]
+            if viewport == "phone":
+                problems += measure_figures(page, name, server)
         problems += [f"nbdev directive shown: {code!r}" for code in page.evaluate(DIRECTIVES_JS)]
         problems += [f"image not loaded: {src}" for src in page.evaluate(BROKEN_IMAGES_JS)]
         typeset = page.evaluate("() => document.querySelectorAll('mjx-container').length")
@@ -293,11 +361,32 @@ def test_page_in_chromium(name, viewport, browser, server):
         problems += [f"raw TeX left in the text: ...{prose[max(m.start() - 40, 0):m.end() + 40]!r}..."
                      for m in RAW_TEX.finditer(prose)]
         problems += filter(None, (link_problem(href, server) for href in set(page.evaluate(LINKS_JS))))
-        problems += page.evaluate(BACK_TO_TOP_JS)
     finally:
         page.context.close()
     # A failed image is reported again when the page re-requests it: each problem once.
     assert problems == [], f"{name}:\n" + "\n".join(dict.fromkeys(problems))
+
+
+def test_figure_text_on_a_phone(browser, server):
+    """Every figure that records its font size, measured at 390 px: how many reach 8 CSS px.
+
+    test_page_in_chromium measured the pages it opened on the phone; the others are opened here."""
+    with_figures = [name for name in PAGES if "<img" in (SITE / name).read_text(encoding="utf-8")]
+    for name in with_figures:
+        if not any(page == name for page, _ in FIGURE_TEXT_PX):
+            page, _ = open_page(browser, f"{server}/{name}", viewport=VIEWPORTS["phone"])
+            try:
+                measure_figures(page, name, server)
+            finally:
+                page.context.close()
+    sizes = {f"{page} {png}": size for (page, png), size in sorted(FIGURE_TEXT_PX.items()) if page in with_figures}
+    measured = [size for size in sizes.values() if size is not None]
+    readable = sum(size >= MIN_FIGURE_TEXT_PX for size in measured)
+    (ROOT / "build" / "site_figure_text.json").write_text(json.dumps(sizes, indent=1) + "\n", encoding="utf-8")
+    print(f"figure text on a 390 px phone: {readable} of {len(sizes)} figures reach {MIN_FIGURE_TEXT_PX} px, "
+          f"{len(measured)} record their font size; sizes in build/site_figure_text.json")
+    assert len(measured) >= MEASURED_FIGURES, sizes
+    assert readable == len(measured), sizes
 
 
 @pytest.mark.parametrize("source, link, expected", [
@@ -357,6 +446,55 @@ def code_cell(source, outputs=(), **metadata) -> dict:
             "outputs": [{"output_type": "stream", "name": "stdout", "text": text} for text in outputs]}
 
 
+# Printed by notebook 13 (its Multi30k table, two rows of it) and notebook 09 (with the line after it).
+MULTI30K_TABLE = """\
+model           test set   decoding BLEU:  seed_0  seed_1   mean   chrF mean
+ours            test_2016  greedy            37.6    37.7  37.64        57.4
+nn.Transformer  test_2017  beam4             29.1    30.4  29.71        49.7
+"""
+PARAMETER_TABLE = """\
+part                                formula  from the module      formula
+embeddings (shared)                     V·D       18,944,000   18,944,000
+generator                 0 (tied, no bias)                0            0
+total                                             63,082,496   63,082,496
+every part matches its formula: True | no parameter left out: True
+"""
+
+
+def test_staging_makes_wide_printed_tables_tables():
+    assert split_text_tables("BLEU by seed:\n\n" + MULTI30K_TABLE + "\nthe end\n") == [
+        "BLEU by seed:\n\n",
+        (["model", "test set", "decoding", "BLEU: seed_0", "seed_1", "mean", "chrF mean"],
+         [["ours", "test_2016", "greedy", "37.6", "37.7", "37.64", "57.4"],
+          ["nn.Transformer", "test_2017", "beam4", "29.1", "30.4", "29.71", "49.7"]], MULTI30K_TABLE),
+        "\nthe end\n"]
+    header, rows, text = split_text_tables(PARAMETER_TABLE)[0]
+    assert header == ["part", "formula", "from the module", "formula"]
+    assert rows[1:] == [["generator", "0 (tied, no bias)", "0", "0"], ["total", "", "63,082,496", "63,082,496"]]
+    assert split_text_tables(PARAMETER_TABLE)[1] == "every part matches its formula: True | no parameter left out: True\n"
+    html_table = table_html(header, rows)
+    assert '<th class="course-number">from the module</th>' in html_table and "<td>0 (tied, no bias)</td>" in html_table
+    # Outputs of a cell: the printed pieces joined, the table shown as HTML with its text beside it.
+    outputs = site_outputs([{"output_type": "stream", "name": "stdout", "text": PARAMETER_TABLE[:80]},
+                            {"output_type": "stream", "name": "stdout", "text": PARAMETER_TABLE[80:]}])
+    assert [o["output_type"] for o in outputs] == ["display_data", "stream"]
+    assert outputs[0]["data"]["text/plain"] + outputs[1]["text"] == PARAMETER_TABLE
+    assert "course-text-table" in outputs[0]["data"]["text/html"]
+
+
+@pytest.mark.parametrize("text", [
+    "train:  20000 pairs,  20000 unique English\nvalid:    500 pairs,    500 unique English\n"
+    "test :    500 pairs,    500 unique English\n",                     # no header: three alike rows
+    "M_1 top-left 4x4 block (rotations by w_0 = 1 and w_1):\n[[ 0.5403  0.8415  0.      0.    ]\n"
+    " [-0.8415  0.5403  0.      0.    ]]\n",                              # a printed array
+    "d    a    b\n1    2    3\n4    5    6\n",                          # narrow: it reads fine as text
+    "source:     the teachers watched a queen and the king\nreference:  la lernoj reginon rigardis\n"
+    "hypothesis: la lernoj reginon rigardis\n",                        # labelled lines, not columns
+])
+def test_staging_leaves_printed_text_that_is_no_wide_table(text):
+    assert split_text_tables(text) == [text]
+
+
 def test_staging_drops_directives_and_folds_hidden_cells():
     cells = [
         code_cell("#| default_exp attention"),                                   # only a directive: dropped
@@ -413,25 +551,42 @@ def test_folded_cell_shows_a_collapsed_toggle_with_its_outputs(tmp_path, browser
             page.context.close()
 
 
-# --- Figures open at full size ------------------------------------------------------------------
+# --- On the phone: figures open at full size, Back to top -----------------------------------------
 
-def test_tapping_a_figure_opens_it_at_full_size(browser, server):
-    page, problems = open_page(browser, f"{server}/notebooks/05_multihead_attention.html",
-                               viewport=VIEWPORTS["phone"])
-    try:
-        link = page.locator("a.course-figure-link").first
-        shrunk = link.locator("img").bounding_box()["width"]
-        link.click()
-        full = page.locator(".course-figure-viewer img")
-        full.wait_for()
-        page.wait_for_function("() => document.querySelector('.course-figure-viewer img').complete")
-        natural = page.evaluate("() => document.querySelector('.course-figure-viewer img').naturalWidth")
-        assert full.bounding_box()["width"] == natural > 1.5 * shrunk
-        page.keyboard.press("Escape")
-        assert page.locator(".course-figure-viewer").count() == 0
-        assert problems == []
-    finally:
-        page.context.close()
+# A long notebook page with figures, opened once on the phone for the tests below.
+PHONE_NOTEBOOK = "notebooks/05_multihead_attention.html"
+
+
+@pytest.fixture(scope="module")
+def phone_notebook(browser, server):
+    page, problems = open_page(browser, f"{server}/{PHONE_NOTEBOOK}", viewport=VIEWPORTS["phone"])
+    yield page, problems
+    page.context.close()
+
+
+def test_tapping_a_figure_opens_it_at_full_size(phone_notebook):
+    page, problems = phone_notebook
+    link = page.locator("a.course-figure-link").first
+    link.scroll_into_view_if_needed()
+    shrunk = link.locator("img").bounding_box()["width"]
+    link.click()
+    full = page.locator(".course-figure-viewer img")
+    full.wait_for()
+    page.wait_for_function("() => document.querySelector('.course-figure-viewer img').complete")
+    natural = page.evaluate("() => document.querySelector('.course-figure-viewer img').naturalWidth")
+    assert full.bounding_box()["width"] == natural > 1.5 * shrunk
+    page.keyboard.press("Escape")
+    assert page.locator(".course-figure-viewer").count() == 0
+    assert problems == []
+
+
+def test_back_to_top_takes_the_reader_up(phone_notebook):
+    """Down the page, "Back to top" shows in the header bar and takes the reader back up."""
+    page, problems = phone_notebook
+    page.evaluate("() => window.scrollTo({top: document.documentElement.scrollHeight, behavior: 'instant'})")
+    page.locator("#pst-back-to-top").click()
+    page.wait_for_function("() => window.scrollY === 0")
+    assert problems == []
 
 
 # --- The front page starts the course ------------------------------------------------------------

@@ -9,7 +9,14 @@
  * widen the page. Once MathJax has typeset the page (and again when the window is resized),
  * such a formula gets the class `course-wide-math`, which puts it on a line of its own that
  * scrolls sideways (docs/_static/course.css); the page's <html> then gets
- * data-course-math="fitted". tests/test_site.py checks both in Chromium.
+ * data-course-math="fitted".
+ *
+ * A table wider than its column (the syllabus on a phone, a printed table that docs/stage_site.py
+ * made a table) becomes a stack of cards, one per row, each cell a "header: value" line (class
+ * `course-stacked`, docs/_static/course.css), so that no number hides beyond the right edge.
+ *
+ * "Back to top" sits in the header bar (docs/_templates/back-to-top.html); it shows once the reader
+ * is a screen or more down the page, at every width. tests/test_site.py checks all of this in Chromium.
  */
 (function () {
   "use strict";
@@ -71,23 +78,78 @@
     document.documentElement.dataset.courseMath = "fitted";
   }
 
+  function labelTables() {
+    document.querySelectorAll(".bd-article table").forEach(function (table) {
+      const head = table.tHead && table.tHead.rows[0];
+      if (!head) return;
+      const names = Array.from(head.cells).map(function (cell) { return cell.textContent.trim(); });
+      Array.from(table.tBodies).forEach(function (body) {
+        Array.from(body.rows).forEach(function (row) {
+          Array.from(row.cells).forEach(function (cell, k) {
+            if (names[k]) cell.dataset.label = names[k];
+            if (!cell.textContent.trim() && !cell.querySelector("img, mjx-container")) cell.classList.add("course-empty");
+          });
+        });
+      });
+      table.classList.add("course-stackable");
+    });
+  }
+
+  function fitTables() {
+    document.querySelectorAll(".bd-article table.course-stackable").forEach(function (table) {
+      table.classList.remove("course-stacked");
+      if (table.getBoundingClientRect().width > table.parentElement.clientWidth + 1) {
+        table.classList.add("course-stacked");
+      }
+    });
+  }
+
+  function showBackToTop() {
+    const button = document.getElementById("pst-back-to-top");
+    if (!button) return;
+    let pending = false;
+    function update() {
+      pending = false;
+      button.classList.toggle("course-shown", window.scrollY > window.innerHeight);
+    }
+    window.addEventListener("scroll", function () {
+      if (!pending) {
+        pending = true;
+        requestAnimationFrame(update);
+      }
+    }, { passive: true });
+    update();
+  }
+
+  function fitPage() {
+    fitTables();
+    fitWideMath();
+  }
+
   function watchMath() {
-    if (!(window.MathJax && MathJax.startup && MathJax.startup.promise)) return;
-    MathJax.startup.promise.then(function () { return document.fonts.ready; }).then(fitWideMath);
     let pending = null;
     window.addEventListener("resize", function () {
       clearTimeout(pending);
-      pending = setTimeout(fitWideMath, 100);
+      pending = setTimeout(fitPage, 100);
     });
+    // Typeset formulas (in a table cell, too) change widths: fit again once they are in.
+    const typeset = window.MathJax && MathJax.startup && MathJax.startup.promise;
+    (typeset || Promise.resolve()).then(function () { return document.fonts.ready; }).then(fitPage);
   }
 
   document.addEventListener("keydown", function (event) {
     if (event.key === "Escape") closeViewer();
   });
-  if (document.readyState === "loading") {
-    document.addEventListener("DOMContentLoaded", linkFigures);
-  } else {
+  function prepare() {
     linkFigures();
+    labelTables();
+    fitTables();
+    showBackToTop();
+  }
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", prepare);
+  } else {
+    prepare();
   }
   // MathJax is loaded with `defer`, after this script: it exists once the page has loaded.
   if (document.readyState === "complete") {
