@@ -23,7 +23,7 @@ _NO_FUSED = [Refuse("scaled_dot_product_attention", "F.scaled_dot_product_attent
 
 def _check_split_heads(my_split_heads) -> None:
     generator = fresh_generator()
-    B, L, H, d_k = (int(torch.randint(1, high, (), generator=generator)) for high in (4, 7, 6, 6))
+    B, L, H, d_k = (int(torch.randint(low, high, (), generator=generator)) for low, high in ((3, 5), (1, 7), (3, 6), (3, 7)))
     for B, L, D, H in [(2, 3, 8, 4), (1, 5, 6, 2), (B, L, H * d_k, H)]:
         x = torch.arange(B * L * D, dtype=torch.float32).view(B, L, D)  # (B, L, D): every entry different
         expected = split_heads(x, H)                                     # (B, H, L, d_k)
