@@ -180,8 +180,24 @@ def report(title: str, config, batches, seconds: dict, first: dict, peaks: dict)
     print("|---|---|---|---|---|---|---|---|")
     for name, s in seconds.items():
         peak = peaks["bf16" if "bf16" in name else "fp32"]
+        share = "—" if peak is None else f"{100 * flops / s / peak:.0f}%"   # — : no peak measured for it
         print(f"| {name} | {1000 * s / len(batches):.1f} | {tokens / s:,.0f} | {s / peer:.2f} | {peer / s:.2f} | "
-              f"{flops / s / 1e9:.1f} | {100 * flops / s / peak:.0f}% | {first[name]:.1f} |")
+              f"{flops / s / 1e9:.1f} | {share} | {first[name]:.1f} |")
+
+
+def bf16_is_native(device: torch.device) -> bool:
+    """Whether `device` has bf16 units: CUDA capability >= 8.0, or a CPU with AVX512_BF16 or AMX.
+    Elsewhere bf16 is emulated, so its matmul "peak" measures the emulation, not the hardware."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_capability(device) >= (8, 0)
+    return device.type == "cpu" and cpu_has_native_bf16()
+
+
+def cpu_features() -> str:
+    """The CPU features a bf16 speed-up depends on, named beside every figure this script prints."""
+    capability = str(torch.backends.cpu.get_cpu_capability())
+    return (f"{platform.processor() or platform.machine()}, ATen kernels {capability}, "
+            + ("native bf16 (AVX512_BF16 or AMX)" if cpu_has_native_bf16() else "no native bf16: bf16 is emulated"))
 
 
 # ---- The speed ladder (--ladder) ----------------------------------------------------------------------
@@ -346,6 +362,7 @@ def ladder(args, device: torch.device, tokenizer) -> dict:
     data = {"pairs": pairs, "tokenizer": tokenizer}
     report = {"device": str(device), "device_name": _device_name(device), "torch": torch.__version__,
               "cuda": torch.version.cuda if device.type == "cuda" else None,
+              "cpu_features": cpu_features() if device.type == "cpu" else None,
               "command": "python scripts/bench_training_step.py " + " ".join(sys.argv[1:]),
               "model": args.model, "parameters": sum(w.numel() for w in weights.values()), "vocab_size": vocab,
               "max_tokens": args.max_tokens, "repeats": args.repeats, "warmup": args.warmup,
@@ -480,7 +497,7 @@ def main() -> None:
     args.max_tokens = args.max_tokens or 2048
     config = TransformerConfig(tokenizer.vocab_size, tokenizer.vocab_size, 256, 4, 1024, 3, 3, 0.1,
                                norm_first=True, pad_id=tokenizer.pad_id)
-    print(f"torch {torch.__version__}, {_device_name(device)}, "
+    print(f"torch {torch.__version__}, {_device_name(device)}, CPU: {cpu_features()}, "
           f"ONEDNN_MAX_CPU_ISA={os.environ.get('ONEDNN_MAX_CPU_ISA', 'unset')}; median of {args.repeats} rounds")
     variants = build_variants(config, not args.no_compile, device)
     for title, threads, batches in [("synthetic batch", args.synthetic_threads, synthetic_batches(config)),
@@ -490,10 +507,12 @@ def main() -> None:
             continue
         batches = [batch.to(device) for batch in batches]
         torch.set_num_threads(threads)
+        native = bf16_is_native(device)
         peaks = {"fp32": matmul_peak(torch.float32, args.matmul_size, device=device),
-                 "bf16": matmul_peak(torch.bfloat16, args.matmul_size, device=device)}
+                 "bf16": matmul_peak(torch.bfloat16, args.matmul_size, device=device) if native else None}
         print(f"\n{threads} thread(s): matmul peak {peaks['fp32'] / 1e9:.0f} GFLOP/s fp32, "
-              f"{peaks['bf16'] / 1e9:.0f} GFLOP/s bf16")
+              + (f"{peaks['bf16'] / 1e9:.0f} GFLOP/s bf16" if native
+                 else "bf16 not measured (emulated here: its rows time the emulation)"))
         seconds, first = measure(variants, batches, args.repeats, args.warmup)
         report(f"{title}, {threads} thread(s)", config, batches, seconds, first, peaks)
 

@@ -1,19 +1,38 @@
 #!/usr/bin/env bash
-# Creates .venv (if missing) and installs the course and its tools into it. Needs only python3.
+# Creates .venv (if missing) and installs into it what the course needs. Needs only python3.
+#   bash scripts/setup_env.sh         the learner's set: torch, Jupyter Lab, matplotlib, datasets,
+#                                     tokenizers, sacreBLEU, tqdm, ipywidgets and the course package
+#                                     (requirements.txt); what start_course.sh and run_course.sh use
+#   bash scripts/setup_env.sh --dev   the maintainer's set on top: the test runners, nbdev, the
+#                                     website's tools (requirements-dev.txt), MathJax from npm and,
+#                                     as root on Debian, Chromium; what test.sh and build_site.sh use
 # TORCH_SPEC picks the torch build: the default pins the CPU wheel this project's CI keeps on disk;
 # on another machine set e.g. TORCH_SPEC=torch to take whatever build pip chooses there, or
 # TORCH_SPEC="torch --index-url https://download.pytorch.org/whl/cpu" (split into words on purpose).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+case "${1:-}" in
+    "") dev=0 ;;
+    --dev) dev=1 ;;
+    *) echo "setup_env.sh: error: unknown option '$1' (use no option for the learner's set, --dev for the maintainer's)" >&2
+       exit 2 ;;
+esac
 [ -x .venv/bin/python ] || python3 -m venv .venv
-# pip runs only when what it installs from changed since the last time it ran (a stamp in .venv/);
-# delete .venv/setup_env.stamp to make it run again.
-stamp=$(cat requirements.txt requirements-dev.txt pyproject.toml <(echo "${TORCH_SPEC:-}") | sha256sum)
-if [ "$(cat .venv/setup_env.stamp 2>/dev/null)" != "$stamp" ]; then
+pip_install() { .venv/bin/python -m pip install -q --disable-pip-version-check "$@"; }
+# pip runs only when what it installs from changed since the last time it ran (a stamp per set in
+# .venv/); delete .venv/setup_*.stamp to make it run again.
+stamp=$(cat requirements.txt pyproject.toml <(echo "${TORCH_SPEC:-}") | sha256sum)
+if [ "$(cat .venv/setup_learner.stamp 2>/dev/null)" != "$stamp" ]; then
     # shellcheck disable=SC2086
-    .venv/bin/python -m pip install -q --disable-pip-version-check ${TORCH_SPEC:-torch==2.13.0}
-    .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements-dev.txt -e .
-    echo "$stamp" > .venv/setup_env.stamp
+    pip_install ${TORCH_SPEC:-torch==2.13.0}
+    pip_install -r requirements.txt -e .
+    echo "$stamp" > .venv/setup_learner.stamp
+fi
+[ "$dev" = 1 ] || exit 0
+dev_stamp=$(cat requirements-dev.txt <(echo "$stamp") | sha256sum)
+if [ "$(cat .venv/setup_dev.stamp 2>/dev/null)" != "$dev_stamp" ]; then
+    pip_install -r requirements-dev.txt
+    echo "$dev_stamp" > .venv/setup_dev.stamp
 fi
 # The course website (scripts/build_site.sh) and its browser test (tests/test_site.py) need
 # MathJax from npm (docs/package-lock.json) and a Chromium: Debian's `chromium` is installed here

@@ -7,7 +7,7 @@
 # pytest (`-n 0` runs everything in this process).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup_env.sh
+bash scripts/setup_env.sh --dev
 export PYTHONHASHSEED=0 OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 exec .venv/bin/python -m pytest tests notebooks solutions --nbval --nbval-current-env \
     --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider -n auto --dist loadfile "$@"

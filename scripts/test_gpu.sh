@@ -31,9 +31,9 @@ elif [ -n "${WHEELS_DIR:-}" ]; then
     export PYTHONPATH="$ROOT/build/gpu-site:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
     SETUP="python3 with the wheels of $WHEELS_DIR"
 else
-    TORCH_SPEC=${TORCH_SPEC:-torch} bash scripts/setup_env.sh
+    TORCH_SPEC=${TORCH_SPEC:-torch} bash scripts/setup_env.sh --dev
     PYTHON=.venv/bin/python
-    SETUP="scripts/setup_env.sh, TORCH_SPEC=${TORCH_SPEC:-torch}"
+    SETUP="scripts/setup_env.sh --dev, TORCH_SPEC=${TORCH_SPEC:-torch}"
 fi
 
 # One line and exit 2 when there is nothing to test on; says whether torch or the machine lacks CUDA.
