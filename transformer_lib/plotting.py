@@ -70,12 +70,12 @@ COLOURS = {"embed": "#f6c6c6", "attention": "#f9d9a6", "norm": "#fff3b0", "ffn":
            "output": "#d9c8ef", "stack": "#f2f2f2"}
 
 
-def box(ax, x, y, text, kind, width=3.2, height=0.55):
+def box(ax, x, y, text, kind, width=3.6, height=0.55):
     """A rounded box centred at (x, y); returns its top and bottom y for arrows."""
     ax.add_patch(FancyBboxPatch((x - width / 2, y - height / 2), width, height,
                                 boxstyle="round,pad=0.02,rounding_size=0.12",
                                 facecolor=COLOURS[kind], edgecolor="black", linewidth=1))
-    ax.text(x, y, text, ha="center", va="center", fontsize=9)
+    ax.text(x, y, text, ha="center", va="center")
     return y + height / 2, y - height / 2
 
 
@@ -87,7 +87,7 @@ def arrow(ax, start, end, colour="black"):
 
 def stack(ax, x, y_bottom, sublayers, label):
     """Draw one encoder or decoder layer (a list of (text, kind)) with residual arrows; return box centres."""
-    step = 0.85
+    step = 0.95
     top = y_bottom + step * len(sublayers) + 0.1
     ax.add_patch(FancyBboxPatch((x - 2.1, y_bottom - 0.1), 4.2, top - y_bottom + 0.15,
                                 boxstyle="round,pad=0.05,rounding_size=0.2",
@@ -100,57 +100,56 @@ def stack(ax, x, y_bottom, sublayers, label):
         if i > 0:
             arrow(ax, (x, centres[i - 1] + 0.275), (x, y - 0.275))
     # Residual connections: from below each sublayer around it into its Add & Norm.
-    side = x - 1.8 if label == "encoder" else x + 1.8
+    side = x - 1.95 if label == "encoder" else x + 1.95
     for i in range(0, len(sublayers), 2):
         y_in, y_norm = centres[i] - 0.275 - 0.15, centres[i + 1]
         ax.plot([x, side, side], [y_in, y_in, y_norm], color="grey", lw=1.2)
-        arrow(ax, (side, y_norm), (x + (-1.6 if label == "encoder" else 1.6), y_norm), colour="grey")
+        arrow(ax, (side, y_norm), (x + (-1.8 if label == "encoder" else 1.8), y_norm), colour="grey")
     return centres
 
 
 def draw_architecture():
     """The encoder-decoder Transformer of the paper's Figure 1, drawn box by box; returns the figure."""
-    fig, ax = plt.subplots(figsize=(10, 11))
+    fig, ax = plt.subplots(figsize=(7, 8.6))
     enc_x, dec_x = 2.6, 7.6
     # Inputs, embeddings, positional encodings.
     for x, tokens in [(enc_x, "source tokens  (B, S)"), (dec_x, "target tokens, shifted right  (B, T)")]:
-        ax.text(x, 0.2, tokens, ha="center", va="center", fontsize=9, style="italic")
+        ax.text(x, 0.2, tokens, ha="center", va="center", style="italic")
         top, bottom = box(ax, x, 1.0, "embedding  × √D", "embed")
         arrow(ax, (x, 0.4), (x, bottom))
         ax.add_patch(plt.Circle((x, 1.85), 0.22, facecolor="white", edgecolor="black"))
         ax.text(x, 1.85, "+", ha="center", va="center", fontsize=14)
-        ax.text(x + (-1.2 if x == enc_x else 1.25), 1.85, "positional\nencoding", ha="center",
-                va="center", fontsize=8)
+        ax.text(x + (-1.2 if x == enc_x else 1.25), 1.85, "positional\nencoding", ha="center", va="center")
         arrow(ax, (x, top), (x, 1.63))
         arrow(ax, (x, 2.07), (x, 2.825))
     encoder = stack(ax, enc_x, 2.7, [("multi-head self-attention", "attention"), ("add & norm", "norm"),
                                      ("feed-forward", "ffn"), ("add & norm", "norm")], "encoder")
-    decoder = stack(ax, dec_x, 2.7, [("masked multi-head self-attention", "attention"), ("add & norm", "norm"),
-                                     ("multi-head cross-attention", "attention"), ("add & norm", "norm"),
+    decoder = stack(ax, dec_x, 2.7, [("masked self-attention", "attention"), ("add & norm", "norm"),
+                                     ("cross-attention", "attention"), ("add & norm", "norm"),
                                      ("feed-forward", "ffn"), ("add & norm", "norm")], "decoder")
     # The encoder's output (memory) feeds the keys and values of every decoder cross-attention.
-    memory_y = encoder[-1] + 1.0
+    memory_y = encoder[-1] + 1.3
     arrow(ax, (enc_x, encoder[-1] + 0.275), (enc_x, memory_y - 0.2))
-    ax.text(enc_x, memory_y, "memory  (B, S, D)", ha="center", va="center", fontsize=9, style="italic")
-    ax.plot([enc_x + 1.05, 5.1, 5.1], [memory_y, memory_y, decoder[2]], color="black", lw=1.2)
-    arrow(ax, (5.1, decoder[2]), (dec_x - 1.6, decoder[2]))
-    ax.text(5.15, decoder[2] + 0.3, "keys, values", ha="left", va="bottom", fontsize=8)
-    ax.text(dec_x + 0.1, (decoder[1] + decoder[2]) / 2, "queries", ha="left", va="center", fontsize=8)
-    # Output head.
-    top, bottom = box(ax, dec_x, decoder[-1] + 1.1, "linear  D → V", "output")
+    ax.text(enc_x, memory_y, "memory  (B, S, D)", ha="center", va="center", style="italic")
+    ax.plot([enc_x + 1.35, 5.1, 5.1], [memory_y, memory_y, decoder[2]], color="black", lw=1.2)
+    arrow(ax, (5.1, decoder[2]), (dec_x - 1.8, decoder[2]))
+    ax.text(5.0, (memory_y + decoder[2]) / 2, "keys, values", rotation=90, ha="right", va="center")
+    ax.text(dec_x + 0.1, (decoder[1] + decoder[2]) / 2, "queries", ha="left", va="center")
+    # Output head, above the decoder's label.
+    top, bottom = box(ax, dec_x, decoder[-1] + 1.4, "linear  D → V", "output")
     arrow(ax, (dec_x, decoder[-1] + 0.275 + 0.13), (dec_x, bottom))
-    top2, bottom2 = box(ax, dec_x, decoder[-1] + 1.9, "softmax", "output")
+    top2, bottom2 = box(ax, dec_x, decoder[-1] + 2.2, "softmax", "output")
     arrow(ax, (dec_x, top), (dec_x, bottom2))
-    ax.text(dec_x, decoder[-1] + 2.65, "next-token probabilities  (B, T, V)", ha="center",
-            va="center", fontsize=9, style="italic")
-    arrow(ax, (dec_x, top2), (dec_x, decoder[-1] + 2.45))
-    ax.text(enc_x - 2.0, encoder[-1] + 0.55, "ENCODER", ha="left", fontsize=12, fontweight="bold")
-    ax.text(dec_x - 2.0, decoder[-1] + 0.55, "DECODER", ha="left", fontsize=12, fontweight="bold")
+    ax.text(dec_x, decoder[-1] + 2.95, "next-token probabilities  (B, T, V)", ha="center", va="center",
+            style="italic")
+    arrow(ax, (dec_x, top2), (dec_x, decoder[-1] + 2.75))
+    for x, centres, name in ((enc_x, encoder, "ENCODER"), (dec_x, decoder, "DECODER")):
+        ax.text(x - 2.0, centres[-1] + 0.85, name, ha="left", va="bottom", fontweight="bold")
     ax.set_xlim(0, 10.4)
-    ax.set_ylim(-0.2, 10.5)
+    ax.set_ylim(-0.2, decoder[-1] + 3.2)
     ax.set_aspect("equal")
     ax.axis("off")
-    ax.set_title("The encoder-decoder Transformer (N = 6 layers per stack in the paper)")
+    ax.set_title("The encoder-decoder Transformer\n(N = 6 layers per stack in the paper; all attention is multi-head)")
     return fig
 
 
@@ -178,16 +177,15 @@ def draw_allreduce(gradients, title: str = "all-reduce: every rank gets the mean
     n = gradients.shape[0]
     mean = gradients.mean(0)
     colours = plt.cm.tab10.colors
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [1, 1.3]})
+    fig, (left, right) = plt.subplots(2, 1, figsize=(6.4, 11), gridspec_kw={"height_ratios": [1.2, 1]})
     for rank, g in enumerate(gradients.tolist()):
         left.annotate("", xy=g, xytext=(0, 0), arrowprops=dict(arrowstyle="-|>", color=colours[rank], lw=1.8))
-        left.text(g[0] * 1.08, g[1] * 1.08, f"$g_{rank}$ (rank {rank})", color=colours[rank], fontsize=9,
-                  ha="center", va="center")
+        left.text(g[0] * 1.1, g[1] * 1.1, f"$g_{rank}$ (rank {rank})", color=colours[rank], ha="center", va="center")
     left.annotate("", xy=mean.tolist(), xytext=(0, 0), arrowprops=dict(arrowstyle="-|>", color="black", lw=3))
     reach = float(gradients.abs().max()) * 1.35 + 0.2
-    left.text(-0.95 * reach, -0.9 * reach, r"black: the mean $\bar g = \frac{1}{N}\sum_r g_r$", fontsize=10)
+    left.text(-0.95 * reach, -0.9 * reach, r"black: the mean $\bar g = \frac{1}{N}\sum_r g_r$")
     left.set(xlim=(-reach, reach), ylim=(-reach, reach), aspect="equal", xlabel="gradient, coordinate 1",
-             ylabel="gradient, coordinate 2", title="each rank's gradient of its own batch, and the mean")
+             ylabel="gradient, coordinate 2", title="each rank's gradient of its own batch,\nand the mean")
     left.axhline(0, color="grey", lw=0.5)
     left.axvline(0, color="grey", lw=0.5)
 
