@@ -11,7 +11,7 @@ import tracemalloc
 import pytest
 
 from transformer_lib.readers import load_hub_pairs, read_lines, read_parallel_files, read_table
-from transformer_lib.sources import DataSource, fingerprint_pairs, read_source
+from transformer_lib.sources import DataSource, fingerprint_pairs, parse_data_spec, read_source
 
 GERMAN = ["Zwei Hunde spielen im Schnee.", "Ein Mann liest ein Buch.", "Eine Frau fährt Fahrrad."]
 ENGLISH = ["Two dogs play in the snow.", "A man reads a book.", "A woman rides a bicycle."]
@@ -144,8 +144,8 @@ def test_symbolic_link_loop_and_dangling_link(tmp_path):
 
 
 def test_reading_streams_without_holding_the_text_twice(tmp_path):
-    """The peak of memory while reading stays near what the pairs themselves hold (reading the whole file
-    and splitting it, as the first reader did, peaks at about three times that)."""
+    """The peak of memory while reading stays near what the pairs themselves hold: 1.09 times here. The reader
+    this one replaced, which read the whole file and split it, peaked at 1.27 times on these files."""
     n = 20_000
     src = write(tmp_path / "big.de.gz", gzip.compress(text([f"Satz Nummer {i} über den Hund." for i in range(n)])))
     tgt = write(tmp_path / "big.en", text([f"Sentence number {i} about the dog." for i in range(n)]))
@@ -156,7 +156,7 @@ def test_reading_streams_without_holding_the_text_twice(tmp_path):
     finally:
         tracemalloc.stop()
     assert len(pairs) == n
-    assert peak < 1.3 * held, f"peak {peak} bytes while the pairs hold {held}"
+    assert peak < 1.2 * held, f"peak {peak} bytes while the pairs hold {held}"
 
 
 # --- tables ---------------------------------------------------------------------------------------------------
@@ -355,3 +355,37 @@ def test_the_new_modules_stay_on_the_text_side(module):
     imported |= {alias.name.split(".")[-1] for node in ast.walk(tree) if isinstance(node, ast.Import)
                  for alias in node.names}
     assert not imported & model_side, imported & model_side
+
+
+# --- one word on a command line --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec, fields, expected", [
+    ("builtin", {}, DataSource()),
+    ("multi30k", {"src_lang": "en", "tgt_lang": "de"}, DataSource("multi30k", src_lang="en", tgt_lang="de")),
+    ("files:a.de,a.en", {"valid": "v.de,v.en"}, DataSource("files", train=("a.de", "a.en"), valid=("v.de", "v.en"))),
+    ("files:data/train", {"src_lang": "de", "tgt_lang": "en", "test": "data/test"},
+     DataSource("files", train=("data/train.de", "data/train.en"), test=("data/test.de", "data/test.en"),
+                src_lang="de", tgt_lang="en")),
+    ("tsv:pairs.tsv", {"src_column": 1, "tgt_column": 3}, DataSource("tsv", train="pairs.tsv", src_column=1, tgt_column=3)),
+    ("csv:p.csv", {"header": True}, DataSource("csv", train="p.csv", header=True)),
+    ("hub:Helsinki-NLP/opus-100:de-en", {"valid": "validation", "src_lang": "de", "tgt_lang": "en"},
+     DataSource("hub", name="Helsinki-NLP/opus-100", config="de-en", valid="validation", src_lang="de", tgt_lang="en")),
+    ("hub:bentrevett/multi30k", {"src_column": "de", "tgt_column": "en"},
+     DataSource("hub", name="bentrevett/multi30k", src_column="de", tgt_column="en")),
+], ids=["builtin", "multi30k", "files_pair", "files_prefix", "tsv", "csv", "hub_config", "hub_columns"])
+def test_parse_data_spec(spec, fields, expected):
+    assert parse_data_spec(spec, **fields) == expected
+
+
+@pytest.mark.parametrize("spec, fields, message", [
+    ("wmt14", {}, r"data 'wmt14': start with one of builtin, .* e\.g\. files:"),
+    ("builtin:x", {}, r"builtin takes nothing after its name"),
+    ("tsv:", {}, r"say where the tsv data is after the colon"),
+    ("files:a,b,c", {}, r"give two files separated by one comma"),
+    ("files:train", {}, r"files:train with de and en reads train\.de and train\.en"),
+    ("multi30k", {"valid": "v.de,v.en"}, r"valid is for files, tsv, csv and hub sources"),
+], ids=["unknown_kind", "builtin_with_place", "tsv_without_file", "three_files", "prefix_without_languages",
+        "multi30k_with_valid"])
+def test_parse_data_spec_errors(spec, fields, message):
+    with pytest.raises(ValueError, match=message):
+        parse_data_spec(spec, **fields)
