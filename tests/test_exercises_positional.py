@@ -197,7 +197,7 @@ class HardWired(Learned):
 
 
 @pytest.mark.parametrize("wrong, message", [
-    (FromOne, "must train exactly rows 0..6"),
+    (FromOne, "position t got row t \\+ 1"),
     (HardWired, "RuntimeError"),
 ])
 def test_learned_more_slips_are_named(wrong, message):

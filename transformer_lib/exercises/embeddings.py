@@ -47,7 +47,12 @@ def _check_lookup_on(embed_by_matmul, tokens: torch.Tensor, weight: torch.Tensor
     assert tuple(got.shape) == shape, f"expected shape (B, L, D) = {shape} for {what}, got {tuple(got.shape)}"
     assert got.dtype == weight.dtype, (f"the result has dtype {got.dtype}, the weight {weight.dtype}: convert the "
                                        "one-hot matrix to weight.dtype, not the weight to another dtype")
-    torch.testing.assert_close(got, F.embedding(tokens, weight), msg=lambda m: (
+    rows = F.embedding(tokens, weight)
+    ratio = (got.double() / rows.double())[rows.abs() > 1e-3]
+    if ratio.numel() and torch.allclose(ratio, ratio[0].expand_as(ratio), rtol=1e-4) and abs(ratio[0] - 1) > 1e-3:
+        raise AssertionError(f"your result is the picked rows times {ratio[0].item():.4g}; the lookup returns row t "
+                             "unchanged (the scaling belongs to the embedding layer, not to the lookup)")
+    torch.testing.assert_close(got, rows, msg=lambda m: (
         f"one_hot(tokens) @ weight must pick row t of the weight for token t ({what}). {m}"))
 
 
@@ -72,6 +77,8 @@ def _check_one_hot_lookup(embed_by_matmul) -> None:
         raise AssertionError("that is a lookup (indexing or F.embedding); the exercise asks for the matrix product "
                              "F.one_hot(tokens, V).to(weight.dtype) @ weight")
     got.sum().backward()
+    assert weight.grad is not None, ("no gradient reached the weight: the result must stay connected to it through "
+                                     "autograd (no .detach(), .data or torch.tensor(...) on the way)")
     expected = torch.zeros(50, 8)
     expected[3], expected[49], expected[7] = 2, 1, 1
     torch.testing.assert_close(weight.grad, expected, msg=lambda m: f"the weight's gradient is wrong. {m}")

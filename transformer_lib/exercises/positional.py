@@ -25,6 +25,8 @@ def _table(max_len: int, d_model: int, exponent=lambda i, d: 2 * i / d, start: i
     if multiply:
         freq_sin, freq_cos = 1 / freq_sin, 1 / freq_cos
     sin, cos = (pos * freq_sin).sin(), (pos * freq_cos).cos()                         # (P, D/2) each
+    if layout == "sin":
+        sin, cos, layout = sin, (pos * freq_cos).sin(), "interleave"
     if layout == "concat":
         return torch.cat([sin, cos], dim=-1)                                          # (P, D)
     table = torch.stack([sin, cos], dim=-1) if layout == "interleave" else torch.stack([cos, sin], dim=-1)
@@ -43,6 +45,10 @@ _SLIPS = {
     "column 2i+1 the cos of the same angle": dict(layout="concat"),
     "you multiplied pos by 10000 ** (2i / d_model); divide by it: the angle is pos / 10000 ** (2i / d_model)":
         dict(multiply=True),
+    "the odd columns hold the SINE too; column 2i+1 holds the cosine of the same angle": dict(layout="sin"),
+    "the base is 10000 (the paper's): pos / 10000 ** (2i / d_model); yours is 1000":
+        dict(exponent=lambda i, d: 0.75 * 2 * i / d),
+    "the exponent is 2i / d_model; you divided by d_model - 1": dict(exponent=lambda i, d: 2 * i / (d - 1)),
     "the exponent counts pairs twice: if your loop runs over the even columns c = 0, 2, 4, ... (range(0, d_model, 2)), "
     "c is already 2i, so the exponent is c / d_model, not 2c / d_model": dict(exponent=lambda i, d: 4 * i / d),
 }
@@ -61,7 +67,7 @@ def _check_loop_table(loop_table) -> None:
         if torch.allclose(got, expected, atol=1e-6):
             continue
         for message, variant in _SLIPS.items():
-            if torch.allclose(got, _table(max_len, d_model, **variant), atol=1e-6):
+            if d_model > 2 and torch.allclose(got, _table(max_len, d_model, **variant), atol=1e-6):
                 raise AssertionError(f"loop_table({max_len}, {d_model}): {message}")
         torch.testing.assert_close(got, expected, atol=1e-6, rtol=0, msg=lambda m: (
             f"loop_table({max_len}, {d_model}) differs from sinusoidal_table: {m}\n"
@@ -81,6 +87,11 @@ def _check_learned_positions(module_class) -> None:
     max_len += max_len == d_model                      # a (d_model, max_len) table stays unambiguous
     _check_learned_with(module_class, d_model, max_len, int(torch.randint(1, 4, (), generator=generator)),
                         int(torch.randint(2, max_len, (), generator=generator)), generator)
+
+
+def _rows(table: torch.Tensor, max_len: int) -> torch.Tensor:
+    """The table as (max_len, D), whichever axis the learner gave its positions."""
+    return table.movedim(list(table.shape).index(max_len), 0).reshape(max_len, -1)
 
 
 def _check_learned_with(module_class, d_model: int, max_len: int, B: int, L: int, generator: torch.Generator) -> None:
@@ -104,11 +115,23 @@ def _check_learned_with(module_class, d_model: int, max_len: int, B: int, L: int
         f"the output must have the shape of x, (B, L, D) = {tuple(x.shape)}, got {getattr(out, 'shape', out)}"
     assert not torch.allclose(out, out[:1].expand_as(out)) or B == 1, \
         "return x plus the position vectors, not the position vectors alone"
+    if len(parameters) == 1 and torch.allclose(out, x * _rows(parameters[0].detach(), max_len)[:L]):
+        raise AssertionError("you multiplied x by the table rows; the positions are ADDED: x + table[:L]")
     added = out - x                                                   # (B, L, D): the position vectors
     torch.testing.assert_close(added, added[:1].expand_as(added), msg=lambda m: (
         "the vector added at a position must not depend on the sentence (the batch row): "
         f"add table rows 0 .. L-1 to every row of the batch. {m}"))
     assert not torch.allclose(added[0, 0], added[0, 1]), "positions 0 and 1 got the same vector: look up row t for position t"
+    if len(parameters) == 1:                         # one table: position t must get its row t
+        table = _rows(parameters[0].detach(), max_len)                                  # (max_len, D)
+        if torch.allclose(added[0], table[:L].flip(0)) and L > 1:
+            raise AssertionError("the positions are reversed: position t must get row t of the table, not row L-1-t")
+        if L < max_len and torch.allclose(added[0], table[1:L + 1]):
+            raise AssertionError("position t got row t + 1: positions count from 0, look up rows torch.arange(L)")
+        torch.testing.assert_close(added[0], table[:L], msg=lambda m: (
+            f"position t must get row t of the table (x + table[:L]); yours adds something else: {m}"))
+    assert out.requires_grad, ("the output does not depend on the table through autograd (a .detach(), .data or "
+                               "torch.tensor(...) on the way?): the table must be trained")
     module.zero_grad()
     out.sum().backward()
     grads = [p.grad for p in parameters]
