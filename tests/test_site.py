@@ -42,8 +42,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "docs"))
-from stage_site import (DOC_PAGES, repository_url, rewrite_links, site_cells, site_outputs, site_pages,  # noqa: E402
-                        split_text_tables, strip_directives, table_html)
+from stage_site import DOC_PAGES, repository_url, site_cells, site_pages  # noqa: E402
 from transformer_lib.plotting import TEXT_SIZE_KEY  # noqa: E402
 
 SITE = ROOT / "build" / "site"
@@ -389,25 +388,6 @@ def test_figure_text_on_a_phone(browser, server):
     assert readable == len(measured), sizes
 
 
-@pytest.mark.parametrize("source, link, expected", [
-    ("README.md", "[n](notebooks/04_attention.ipynb)", "[n](notebooks/04_attention.ipynb)"),
-    ("README.md", "![a](images/architecture.png)", "![a](images/architecture.png)"),
-    ("README.md", "[s](scripts/test.sh)", "[s]({repo}/blob/main/scripts/test.sh)"),
-    ("README.md", "[r](results/multi30k/)", "[r]({repo}/tree/main/results/multi30k)"),
-    ("README.md", "[h](#syllabus)", "[h](#syllabus)"),
-    ("README.md", "[w](https://arxiv.org/abs/1706.03762)", "[w](https://arxiv.org/abs/1706.03762)"),
-    ("notebooks/05_multihead_attention.ipynb", "[n](04_attention.ipynb#masks)", "[n](04_attention.ipynb#masks)"),
-    ("notebooks/05_multihead_attention.ipynb", "[c](../transformer_lib/attention.py)",
-     "[c]({repo}/blob/main/transformer_lib/attention.py)"),
-    ("notebooks/05_multihead_attention.ipynb", "[m](../README.md#syllabus)", "[m](../index.md#syllabus)"),
-    ("notebooks/05_multihead_attention.ipynb", "[x](no_such_file.ipynb)", "[x](no_such_file.ipynb)"),
-])
-def test_staging_points_links_to_non_pages_at_github(source, link, expected):
-    pages = set(site_pages()) | {"notebooks/04_attention.ipynb"}
-    repo = repository_url()
-    assert rewrite_links(link, source, pages, repo) == expected.format(repo=repo)
-
-
 def test_every_built_page_is_tested(built_site):
     built = {p.relative_to(built_site).as_posix() for p in built_site.rglob("*.html")
              if not p.relative_to(built_site).as_posix().startswith("_static/")}
@@ -446,71 +426,25 @@ def code_cell(source, outputs=(), **metadata) -> dict:
             "outputs": [{"output_type": "stream", "name": "stdout", "text": text} for text in outputs]}
 
 
-# Printed by notebook 13 (its Multi30k table, two rows of it) and notebook 09 (with the line after it).
-MULTI30K_TABLE = """\
+# A printed table wider than a phone's output box (notebook 13's BLEU table, two rows of it).
+BLEU_TABLE = """\
 model           test set   decoding BLEU:  seed_0  seed_1   mean   chrF mean
 ours            test_2016  greedy            37.6    37.7  37.64        57.4
 nn.Transformer  test_2017  beam4             29.1    30.4  29.71        49.7
 """
-PARAMETER_TABLE = """\
-part                                formula  from the module      formula
-embeddings (shared)                     V·D       18,944,000   18,944,000
-generator                 0 (tied, no bias)                0            0
-total                                             63,082,496   63,082,496
-every part matches its formula: True | no parameter left out: True
-"""
+# Where each cell of the printed table is on the phone, and the header it is shown with.
+TABLE_CELLS_JS = """() => Array.from(document.querySelectorAll('.bd-article table.course-text-table td')).map(td => {
+  const r = td.getBoundingClientRect();
+  return {text: td.textContent, label: getComputedStyle(td, '::before').content,
+          inWindow: r.left >= 0 && r.right <= window.innerWidth,
+          stacked: td.closest('table').classList.contains('course-stacked')};
+})"""
 
 
-def test_staging_makes_wide_printed_tables_tables():
-    assert split_text_tables("BLEU by seed:\n\n" + MULTI30K_TABLE + "\nthe end\n") == [
-        "BLEU by seed:\n\n",
-        (["model", "test set", "decoding", "BLEU: seed_0", "seed_1", "mean", "chrF mean"],
-         [["ours", "test_2016", "greedy", "37.6", "37.7", "37.64", "57.4"],
-          ["nn.Transformer", "test_2017", "beam4", "29.1", "30.4", "29.71", "49.7"]], MULTI30K_TABLE),
-        "\nthe end\n"]
-    header, rows, text = split_text_tables(PARAMETER_TABLE)[0]
-    assert header == ["part", "formula", "from the module", "formula"]
-    assert rows[1:] == [["generator", "0 (tied, no bias)", "0", "0"], ["total", "", "63,082,496", "63,082,496"]]
-    assert split_text_tables(PARAMETER_TABLE)[1] == "every part matches its formula: True | no parameter left out: True\n"
-    html_table = table_html(header, rows)
-    assert '<th class="course-number">from the module</th>' in html_table and "<td>0 (tied, no bias)</td>" in html_table
-    # Outputs of a cell: the printed pieces joined, the table shown as HTML with its text beside it.
-    outputs = site_outputs([{"output_type": "stream", "name": "stdout", "text": PARAMETER_TABLE[:80]},
-                            {"output_type": "stream", "name": "stdout", "text": PARAMETER_TABLE[80:]}])
-    assert [o["output_type"] for o in outputs] == ["display_data", "stream"]
-    assert outputs[0]["data"]["text/plain"] + outputs[1]["text"] == PARAMETER_TABLE
-    assert "course-text-table" in outputs[0]["data"]["text/html"]
-
-
-@pytest.mark.parametrize("text", [
-    "train:  20000 pairs,  20000 unique English\nvalid:    500 pairs,    500 unique English\n"
-    "test :    500 pairs,    500 unique English\n",                     # no header: three alike rows
-    "M_1 top-left 4x4 block (rotations by w_0 = 1 and w_1):\n[[ 0.5403  0.8415  0.      0.    ]\n"
-    " [-0.8415  0.5403  0.      0.    ]]\n",                              # a printed array
-    "d    a    b\n1    2    3\n4    5    6\n",                          # narrow: it reads fine as text
-    "source:     the teachers watched a queen and the king\nreference:  la lernoj reginon rigardis\n"
-    "hypothesis: la lernoj reginon rigardis\n",                        # labelled lines, not columns
-])
-def test_staging_leaves_printed_text_that_is_no_wide_table(text):
-    assert split_text_tables(text) == [text]
-
-
-def test_staging_drops_directives_and_folds_hidden_cells():
-    cells = [
-        code_cell("#| default_exp attention"),                                   # only a directive: dropped
-        code_cell("#| export\ndef f(x):\n    return x\n"),                      # directive line dropped
-        code_cell("if x < 0:\n    raise ValueError\n", ["ok\n"], jupyter={"source_hidden": True}),
-        code_cell("print(1)  #| not a directive here", ["1\n"], tags=["hide-input"]),
-    ]
-    shown = site_cells(cells, "notebooks/04_attention.ipynb", set(), repository_url())
-    assert [c["source"] for c in shown] == ["def f(x):\n    return x\n", "if x < 0:\n    raise ValueError\n",
-                                            "print(1)  #| not a directive here"]
-    assert [c["metadata"].get("tags") for c in shown] == [None, ["hide-input"], ["hide-input"]]
-    assert strip_directives("#| export\n#| hide\nx = 1") == "x = 1"
-
-
-def test_folded_cell_shows_a_collapsed_toggle_with_its_outputs(tmp_path, browser):
-    """A small notebook built through the site's own docs/conf.py, opened in Chromium."""
+def test_folded_cell_and_printed_table_in_a_small_notebook(tmp_path, browser):
+    """A small notebook built through the site's own docs/conf.py, opened in Chromium on a phone:
+    folded cells are closed toggles above their outputs; a wide printed table is cards whose every
+    number is in the window, next to its column's header."""
     src, out = tmp_path / "src", tmp_path / "site"
     (src / "notebooks").mkdir(parents=True)
     cells = [
@@ -519,6 +453,7 @@ def test_folded_cell_shows_a_collapsed_toggle_with_its_outputs(tmp_path, browser
                   ["guarded\n"], jupyter={"source_hidden": True}, tags=["hide-input"]),
         code_cell("print('only folded in Jupyter')", ["folded too\n"], jupyter={"source_hidden": True}),
         code_cell("print('shown')", ["shown\n"]),
+        code_cell("print(bleu_table)", [BLEU_TABLE]),
     ]
     nb = {"nbformat": 4, "nbformat_minor": 5, "cells": site_cells(cells, "notebooks/folded.ipynb", set(), repository_url()),
           "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}}
@@ -542,7 +477,13 @@ def test_folded_cell_shows_a_collapsed_toggle_with_its_outputs(tmp_path, browser
                 {"toggle": "Show code cell source", "open": False, "codeShown": False, "output": "guarded"},
                 {"toggle": "Show code cell source", "open": False, "codeShown": False, "output": "folded too"},
                 {"toggle": None, "open": None, "codeShown": True, "output": "shown"},
+                {"toggle": None, "open": None, "codeShown": True, "output": None},  # the table
             ]
+            table = page.evaluate(TABLE_CELLS_JS)
+            assert [(c["text"], c["label"]) for c in table[:7]] == [
+                ("ours", '"model: "'), ("test_2016", '"test set: "'), ("greedy", '"decoding: "'),
+                ("37.6", '"BLEU: seed_0: "'), ("37.7", '"seed_1: "'), ("37.64", '"mean: "'), ("57.4", '"chrF mean: "')]
+            assert len(table) == 14 and all(c["inWindow"] and c["stacked"] for c in table), table
             page.click(".bd-article details summary")
             shown = page.evaluate("() => document.querySelector('.bd-article details .cell_input pre').innerText")
             assert shown.startswith("if n < 0:")          # the code, without nbdev's directive line
