@@ -176,7 +176,7 @@ def test_attention_by_loops_slips_are_named(wrong, message):
     (lambda q, k, v: scaled_dot_product_attention(q, k, v)[0], "the course's own eq. 1"),
     (lambda q, k, v: (q @ k.T / math.sqrt(q.size(-1))).softmax(dim=-1) @ v, "multiplies whole matrices"),
     (lambda q, k, v: torch.einsum("ik,jk->ij", q, k).div(q.size(1) ** 0.5).softmax(-1).mm(v), "multiplies whole"),
-    (lambda q, k, v: torch.tensor([[0.0, 0.0]] * 3), "differs from softmax|shape"),
+    (lambda q, k, v: torch.tensor([[0.0, 0.0]] * 3), "differs from softmax|shape|same output row"),
 ])
 def test_attention_by_loops_more_slips_are_named(wrong, message):
     with pytest.raises(AssertionError, match=message):

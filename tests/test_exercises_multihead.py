@@ -79,7 +79,7 @@ def test_right_answers_pass(check, right):
 @pytest.mark.parametrize("wrong, message", [
     (lambda x, h: x.view(x.size(0), h, x.size(1), -1), r"mixes positions and features"),
     (lambda x, h: x.view(x.size(0), x.size(1), h, -1), r"transpose\(1, 2\)"),
-    (lambda x, h: x.view(x.size(0), x.size(1), -1, 2).transpose(1, 2), "for n_heads=2"),  # d_k fixed at 2
+    (lambda x, h: x.view(x.size(0), x.size(1), -1, 2).transpose(1, 2), "for n_heads=2|pieces of SIZE"),  # d_k fixed at 2
     (lambda x, h: x.view(x.size(0), x.size(1), -1, h).transpose(1, 2).transpose(2, 3).transpose(2, 3)
      .reshape(x.size(0), h, x.size(1), -1).flip(1), "head i must hold features"),
     (lambda x, h: x.view(x.size(0), x.size(1), -1, h).permute(0, 3, 1, 2), r"features as \(d_k, H\)"),
@@ -144,5 +144,13 @@ def causal_edits_weights(x, layer):
     (causal_edits_weights, "changed its input `layer` in place"),
 ])
 def test_causal_self_attention_more_slips_are_named(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_causal_self_attention(wrong)
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (lambda x, layer: causal_right(x, layer, scale=math.sqrt(layer.n_heads)), "sqrt\\(n_heads\\)"),
+])
+def test_causal_self_attention_scale_by_heads_is_named(wrong, message):
     with pytest.raises(AssertionError, match=message):
         check_causal_self_attention(wrong)

@@ -171,7 +171,13 @@ def _check_loops_on(attention_by_loops, query: Tensor, key: Tensor, value: Tenso
              "the weights were divided by sqrt(d_k) AFTER the softmax; scale the scores before it, so that the "
              "weights still sum to 1": (query @ key.T).softmax(dim=-1) / math.sqrt(d_k) @ value,
              "the weights were not normalised (no softmax, or exp without dividing by the sum of the row)":
-                 (query @ key.T / math.sqrt(d_k)).exp() @ value}
+                 (query @ key.T / math.sqrt(d_k)).exp() @ value,
+             "you divided the scores by their sum without exp; the softmax is exp(score) / sum of exp(scores)":
+                 (lambda sc: sc / sc.sum(-1, keepdim=True))(query @ key.T / math.sqrt(d_k)) @ value}
+    if n_queries > 1 and torch.allclose(result, result[:1].expand_as(result)) and not torch.allclose(
+            expected, expected[:1].expand_as(expected)):
+        raise AssertionError("every query got the same output row; loop over the queries and give each its own "
+                             "scores, softmax and weighted sum")
     for message, wrong in slips.items():
         assert not (_close(result, wrong) and not _close(wrong, expected)), message
     torch.testing.assert_close(result.to(expected.dtype), expected, atol=1e-5, rtol=1e-4, msg=lambda m: (

@@ -34,6 +34,12 @@ def _check_split_heads(my_split_heads) -> None:
         if tuple(result.shape) == (B, L, H, d_k) and L != H:
             raise AssertionError(f"shape {tuple(result.shape)} is (B, L, H, d_k): move the heads before the "
                                  f"positions with .transpose(1, 2) to get (B, H, L, d_k)")
+        if tuple(result.shape) == (B, H, d_k, L) and L != d_k:
+            raise AssertionError(f"shape {tuple(result.shape)} is (B, H, d_k, L): the positions must come before the "
+                                 "features, (B, H, L, d_k); view as (B, L, H, d_k), then transpose(1, 2) only")
+        if tuple(result.shape) == (B, d_k, L, H) and H != d_k:
+            raise AssertionError(f"shape {tuple(result.shape)}: split(n) and view(..., n, -1) cut pieces of SIZE n; "
+                                 f"H heads are H pieces of size d_k = D / H: x.chunk(H, -1) or x.split(d_k, -1)")
         if tuple(result.shape) == (B * H, L, d_k):
             raise AssertionError(f"shape {tuple(result.shape)} is (B·H, L, d_k), nn.MultiheadAttention's internal "
                                  "layout; keep the heads as a dimension of their own: (B, H, L, d_k)")
@@ -57,9 +63,11 @@ def check_split_heads(your_function) -> None:
 
 
 def _by_hand(layer: MultiHeadAttention, x: Tensor, mask: Tensor | None, scale: float, out_proj: bool = True,
-             dim: int = -1, split=split_heads, merge=merge_heads) -> Tensor:
+             dim: int = -1, split=split_heads, merge=merge_heads, swap: bool = False, heads: int = 0) -> Tensor:
     """Causal self-attention from the layer's projections; the arguments reproduce the usual slips."""
-    q, k, v = (split(proj(x), layer.n_heads) for proj in (layer.q_proj, layer.k_proj, layer.v_proj))
+    q, k, v = (split(proj(x), heads or layer.n_heads) for proj in (layer.q_proj, layer.k_proj, layer.v_proj))
+    if swap:
+        q, k = k, q
     scores = q @ k.transpose(-2, -1) / scale                             # (B, H, T, T)
     if mask is not None:
         scores = scores.masked_fill(mask, float("-inf"))
@@ -85,7 +93,7 @@ def _refuse_the_layer(module, args):
 def _check_causal_self_attention(causal_self_attention) -> None:
     fresh = fresh_generator()
     H, d_k = int(torch.randint(1, 5, (), generator=fresh)), int(torch.randint(1, 6, (), generator=fresh))
-    for B, T, D, H, generator in ((2, 5, 16, 4, torch.Generator().manual_seed(5)),
+    for B, T, D, H, generator in ((2, 5, 24, 4, torch.Generator().manual_seed(5)),   # d_k = 6: sqrt(d_k) != sqrt(H)
                                   (int(torch.randint(1, 4, (), generator=fresh)),
                                    int(torch.randint(2, 8, (), generator=fresh)), H * d_k, H, fresh)):
         _check_attention_with(causal_self_attention, B, T, D, H, generator)
@@ -123,6 +131,12 @@ def _check_attention_with(causal_self_attention, B: int, T: int, D: int, H: int,
             "no output projection: apply layer.out_proj to the merged heads": _by_hand(layer, x, causal, sqrt_d_k, False),
             "the softmax ran over the queries (dim=-2); normalise over the keys, dim=-1":
                 _by_hand(layer, x, causal, sqrt_d_k, dim=-2),
+            "the scale is sqrt(n_heads); each head divides by sqrt(d_k) = sqrt(d_model / n_heads)":
+                _by_hand(layer, x, causal, math.sqrt(H)),
+            "queries and keys are swapped: scores[i, j] = q_i · k_j with q from layer.q_proj, k from layer.k_proj "
+            "(q @ k.transpose(-2, -1))": _by_hand(layer, x, causal, sqrt_d_k, swap=True),
+            "you used ONE head of size d_model: split q, k and v into layer.n_heads heads of size d_k first":
+                _by_hand(layer, x, causal, math.sqrt(D), heads=1),
             "the heads were split with a view to (B, H, T, d_k) without the transpose, which mixes positions and "
             "features: view as (B, T, H, d_k), then transpose(1, 2)":
                 _by_hand(layer, x, causal, sqrt_d_k, split=_split_without_transpose),

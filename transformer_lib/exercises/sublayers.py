@@ -5,6 +5,7 @@ Hand-written, not exported (see `transformer_lib.exercises`): `check_rms_norm` c
 with the course's `SublayerConnection(norm_first=True)`; both name the likely slip of a wrong answer.
 """
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_lib.exercises import Refuse, call, fresh_generator, run_checker
@@ -88,6 +89,11 @@ def _check_rms_norm(rms_norm) -> None:
             ("the gain is missing: multiply by weight (γ, one per feature)", x / torch.sqrt(ms + eps)),
             ("eps must be added, not multiplied: sqrt(mean(x²) + eps)", weight * x / torch.sqrt(ms * eps)),
             ("the gain divides instead of multiplying: γ ⊙ x / sqrt(mean(x²) + eps)", x / torch.sqrt(ms + eps) / weight),
+            ("the gain is ADDED; RMSNorm multiplies by it: γ ⊙ x / sqrt(mean(x²) + eps)", weight + x / torch.sqrt(ms + eps)),
+            ("you multiplied by the gain BEFORE normalising, so it cancels; normalise x first, then multiply by γ",
+             (weight * x) / torch.sqrt((weight * x).pow(2).mean(dim=-1, keepdim=True) + eps)),
+            ("you averaged |x|; RMSNorm averages the SQUARES: sqrt(mean(x²) + eps)",
+             weight * x / torch.sqrt(x.abs().mean(dim=-1, keepdim=True) + eps)),
         ]
         if eps > 0.1:  # with a tiny ε, where it goes makes no visible difference
             slips += [("eps must go inside the square root: sqrt(mean(x²) + eps), as in nn.RMSNorm",
@@ -137,6 +143,10 @@ def _check_pre_ln_with(pre_ln_residual, B: int, L: int, D: int, generator: torch
             "there is a LayerNorm on the output too; pre-LN leaves the residual path alone: x + Sublayer(LayerNorm(x))":
                 norm(x + sublayer(norm(x))),
             "the LayerNorm was applied twice: x + Sublayer(LayerNorm(x)) normalises once": x + sublayer(norm(norm(x))),
+            "the LayerNorm was applied to the sublayer's output too; pre-LN normalises only its input: "
+            "x + Sublayer(LayerNorm(x))": x + norm(sublayer(norm(x))),
+            "you normalised with F.layer_norm, without the given norm's gain and bias: call norm(x), the module "
+            "you were given": x + sublayer(F.layer_norm(x, x.shape[-1:])),
         }
     assert isinstance(result, Tensor), f"pre_ln_residual must return a torch.Tensor, got {type(result).__name__}"
     result = result.detach()
