@@ -115,6 +115,14 @@ def test_a_stray_carriage_return_is_blamed_on_its_line(tmp_path):
         read_parallel_files(src, tgt)
 
 
+def test_mixed_old_mac_and_unix_line_endings_are_named(tmp_path):
+    """A file whose first 64 KiB end lines in a lone \\r is read as an old Mac file; a \\n later on is refused."""
+    old_mac = "\r".join(f"Satz {i}." for i in range(1, 8001)) + "\r"
+    with pytest.raises(ValueError, match=r"a\.de, line 8001, column 8: a line feed \(\\n\), .* line endings are mixed"):
+        read_lines(write(tmp_path / "a.de", (old_mac + "Satz X.\nSatz Y.\n").encode()))
+    assert len(read_lines(write(tmp_path / "b.de", old_mac.encode()))) == 8000
+
+
 def test_unequal_line_counts_give_both_counts(tmp_path):
     src = write(tmp_path / "a.de", text(GERMAN))
     tgt = write(tmp_path / "a.en", text(ENGLISH[:2]))
