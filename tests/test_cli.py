@@ -159,7 +159,7 @@ def cuda_capability(monkeypatch, capability: tuple[int, int]) -> None:
     ("fp16", "cuda", (8, 0), True, "fp16"),
 ])
 def test_resolve_amp(monkeypatch, choice, device, capability, native_bf16, expected):
-    from transformer_lib import cli, device as device_module
+    from transformer_lib import device as device_module, settings, train_run
 
     def never(*args, **kwargs):
         raise AssertionError("measured although it need not be")
@@ -167,7 +167,7 @@ def test_resolve_amp(monkeypatch, choice, device, capability, native_bf16, expec
         cuda_capability(monkeypatch, capability)
     monkeypatch.setattr(device_module, "cpu_has_native_bf16", lambda: native_bf16)
     monkeypatch.setattr(device_module, "faster_cpu_autocast", never)
-    assert cli.resolve_amp(choice, device, model=object(), batches=None, loss_fn=never) == expected
+    assert train_run.resolve_amp(choice, device, model=object(), batches=None, loss_fn=never) == expected
 
 
 def train_in_process(run: Path, capsys, *extra) -> tuple[dict, str]:
@@ -206,13 +206,13 @@ def test_amp_auto_on_a_cpu_is_measured_once_and_recorded(tmp_path, monkeypatch, 
 def test_amp_auto_on_a_cpu_without_measuring(tmp_path, monkeypatch, capsys, native_bf16):
     """float32 at once on a CPU without bf16 instructions (emulated bf16 is slower), and for a run too
     short to repay the measurement on one with them: the CPU default gets no slower."""
-    from transformer_lib import cli, device as device_module
+    from transformer_lib import device as device_module, settings, train_run
 
     def never(*args, **kwargs):
         raise AssertionError("measured although it need not be")
     monkeypatch.setattr(device_module, "cpu_has_native_bf16", lambda: native_bf16)
     monkeypatch.setattr(device_module, "faster_cpu_autocast", never)
-    steps = ["--time-budget", "1s"] if not native_bf16 else ["--max-steps", str(cli.AMP_MEASURE_MIN_STEPS - 1),
+    steps = ["--time-budget", "1s"] if not native_bf16 else ["--max-steps", str(settings.AMP_MEASURE_MIN_STEPS - 1),
                                                               "--time-budget", "1s"]
     history, stderr = train_in_process(tmp_path / "run", capsys, *steps)
     assert history["amp"] == "float32" and "precision: float32 (--amp auto)" in stderr
@@ -229,7 +229,7 @@ def test_amp_auto_on_a_cpu_without_measuring(tmp_path, monkeypatch, capsys, nati
 ])
 def test_interrupt_message_says_what_was_kept(step, phase, words):
     """The one line printed for a signal in each phase of `train` (the first case runs for real above)."""
-    from transformer_lib.cli import _Stopped
+    from transformer_lib.train_run import TrainingStopped as _Stopped
     assert _Stopped(signal.SIGINT, step, phase).message(Path("R"), "CMD") == words
 
 

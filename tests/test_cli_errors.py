@@ -1,12 +1,16 @@
 """Tests for the command line (transformer_lib/cli.py) on bad input: every problem is one `error:`
 line and exit code 2 (never a traceback), and a refused `train` leaves the run folder as it was,
-byte for byte. Each case runs the real `python -m transformer_lib`; they share one tiny trained run,
-copied per test."""
+byte for byte. Each case runs the command line's `main(argv)` in this process (stdin, stdout and
+stderr its own, exit code returned), which saves a second of imports per case; the tests that are
+about the process itself (raw bytes in argv, the `python -m transformer_lib` entry) start one. They
+share one tiny trained run, copied per test."""
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 
 import pytest
@@ -23,9 +27,30 @@ TINY = ["--data", "builtin", "--vocab-size", "200", "--d-model", "16", "--heads"
         "--checkpoint-every", "1", "--threads", "1", "--device", "cpu", "--no-progress", "--seed", "0"]
 
 
-def cli(*args, stdin: str = "") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "transformer_lib", *map(str, args)], cwd=ROOT, env=ENV,
-                          input=stdin, capture_output=True, text=True, timeout=300)
+def cli(*args, stdin: str | bytes | None = "") -> subprocess.CompletedProcess:
+    """`python -m transformer_lib ARGS`, run as `main(argv)` in this process: its exit code, stdout
+    and stderr as a process would give them (an uncaught exception is printed as a traceback).
+    stdin=None: started with stdin closed (`<&-`), where Python's sys.stdin is None."""
+    from transformer_lib.cli import main
+    out, err = io.BytesIO(), io.StringIO()
+    stdout = io.TextIOWrapper(out, encoding="utf-8")
+    saved = sys.stdin, sys.stdout, sys.stderr
+    sys.stdin = None if stdin is None else io.TextIOWrapper(
+        io.BytesIO(stdin.encode() if isinstance(stdin, str) else stdin), encoding="utf-8")
+    sys.stdout, sys.stderr = stdout, err
+    try:
+        code = main([str(a) for a in args])
+    except SystemExit as exit:                  # argparse's answer to a bad argument
+        code = exit.code if isinstance(exit.code, int) else 1
+    except BaseException:                       # what a process would print before dying
+        traceback.print_exc(file=err)
+        code = 1
+    finally:
+        stdout.flush()
+        sys.stdin, sys.stdout, sys.stderr = saved
+    written = out.getvalue().decode("utf-8")
+    stdout.detach()                             # so that closing the wrapper leaves `out` alone
+    return subprocess.CompletedProcess(args, code, written, err.getvalue())
 
 
 def train(run: Path, *extra) -> subprocess.CompletedProcess:
@@ -254,7 +279,7 @@ def test_format_1_run_is_read_and_resuming_records_fingerprints(run):
     result = train(run, "--max-steps", "3")
     assert result.returncode == 0, result.stderr
     meta = json.loads((run / "config.json").read_text())
-    assert meta["format"] == 2 and meta["training"]["seed"] == 0
+    assert meta["format"] == 3 and meta["training"]["seed"] == 0     # format 3: its checkpoints carry its identity
     assert meta["fingerprints"]["tokenizer"].startswith("sha256:")
     assert meta["fingerprints"]["train_pairs"]["count"] == 20000
 
@@ -461,10 +486,9 @@ def test_translate_keeps_blank_lines_and_line_endings(trained_run):
     expected = alone.stdout.splitlines()
     assert len(expected) == 4 and all(expected)
     stdin = f"{sentences[0]}\n\n   \n{sentences[1]}\r\n{sentences[2]}\r{sentences[3]}\n\n"
-    result = subprocess.run([sys.executable, "-m", "transformer_lib", "translate", "--run", str(trained_run)],
-                            cwd=ROOT, env=ENV, input=stdin.encode(), capture_output=True, timeout=300)
+    result = cli("translate", "--run", trained_run, stdin=stdin.encode())
     assert result.returncode == 0, result.stderr
-    assert result.stdout.decode().split("\n") == [expected[0], "", "", *expected[1:], "", ""]
+    assert result.stdout.split("\n") == [expected[0], "", "", *expected[1:], "", ""]
 
 
 def test_translate_empty_stdin_gives_nothing(trained_run):
@@ -473,11 +497,7 @@ def test_translate_empty_stdin_gives_nothing(trained_run):
 
 
 def test_translate_bytes_that_are_not_utf8(trained_run):
-    result = subprocess.run([sys.executable, "-m", "transformer_lib", "translate", "--run", str(trained_run)],
-                            cwd=ROOT, env=ENV, input=b"a queen waited\nla reine \xe9tait\n", capture_output=True,
-                            timeout=300)
-    result = subprocess.CompletedProcess(result.args, result.returncode, result.stdout.decode(),
-                                         result.stderr.decode())
+    result = cli("translate", "--run", trained_run, stdin=b"a queen waited\nla reine \xe9tait\n")
     assert_refused(result, "line 2 of stdin is not UTF-8", "iconv")
     assert result.stdout == ""
 
@@ -525,3 +545,170 @@ def test_api_eos_id_equal_to_bos_id(tiny_model_and_tokenizer):
     for decode in (greedy_decode, beam_search):
         with pytest.raises(ValueError, match="bos_id and eos_id must differ, got 1 for both"):
             decode(model, src, None, tokenizer.bos_id, tokenizer.bos_id)
+
+
+# --- a run verifies itself: a file of another run, or edited, is named; the lock cannot be fooled ------
+
+@pytest.fixture(scope="module")
+def other_run(tmp_path_factory) -> Path:
+    """Another run with the same settings but for its seed: the same shapes, the same tokenizer."""
+    run = tmp_path_factory.mktemp("other") / "run"
+    result = train(run, "--seed", "1")
+    assert result.returncode == 0, result.stderr
+    return run
+
+
+@pytest.mark.parametrize("command", ["translate", "evaluate", "train"])
+def test_checkpoint_of_another_run_is_refused(run, other_run, command):
+    """It used to be used as this run's (evaluate: chrF 0.36 where its own gave 0.07)."""
+    shutil.copy(other_run / "checkpoint.pt", run / "checkpoint.pt")
+    before = snapshot(run)
+    result = train(run, "--max-steps", "4") if command == "train" else use(run, command)
+    assert_refused(result, "checkpoint.pt comes from another run", "run id")
+    assert snapshot(run) == before
+
+
+@pytest.mark.parametrize("edit, words", [({"n_heads": 1}, "model.n_heads 2 in the checkpoint, 1 in config.json"),
+                                         ({"n_heads": 4}, "model.n_heads 2"),
+                                         ({"layer_norm_eps": 0.5}, "model.layer_norm_eps")])
+def test_config_edited_keeping_the_shapes_is_named(run, edit, words):
+    """Another model with the same weights' shapes used to be built without a word."""
+    meta = json.loads((run / "config.json").read_text())
+    meta["model"].update(edit)
+    (run / "config.json").write_text(json.dumps(meta))
+    assert_refused(use(run, "translate"), "config.json was edited", words)
+
+
+def test_reindented_tokenizer_is_still_this_runs(run):
+    """Its fingerprint is of what it encodes, not of its JSON's spacing."""
+    path = run / "tokenizer.json"
+    path.write_text(json.dumps(json.loads(path.read_text(encoding="utf-8")), indent=4), encoding="utf-8")
+    result = use(run, "translate")
+    assert result.returncode == 0, result.stderr
+
+
+def test_lock_file_that_is_a_symbolic_link_is_not_written_through(tmp_path):
+    """`train` used to write its pid into whatever file train.lock pointed to."""
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep me")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "train.lock").symlink_to(precious)
+    result = train(run)
+    assert result.returncode == 0, result.stderr
+    assert precious.read_text() == "keep me" and not (run / "train.lock").exists()
+
+
+def test_folder_holding_only_another_runs_tokenizer_is_refused(tmp_path, other_run):
+    """`train` used to replace it without a word."""
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(other_run / "tokenizer.json", run / "tokenizer.json")
+    before = snapshot(run)
+    assert_refused(train(run), "not a run folder", "tokenizer.json")
+    assert snapshot(run) == before
+
+
+def test_run_that_is_a_dangling_symbolic_link(tmp_path):
+    """It used to say "[Errno 17] File exists"."""
+    (tmp_path / "run").symlink_to(tmp_path / "nowhere")
+    assert_refused(train(tmp_path / "run"), "symbolic link", "does not exist")
+    assert_refused(cli("translate", "--run", tmp_path / "run", "a queen"), "missing")
+
+
+@pytest.mark.parametrize("command", ["translate", "train"])
+def test_folder_named_like_the_checkpoint(run, command):
+    """It used to be called "missing", and `train` trained, then lost every step at the final save."""
+    (run / "checkpoint.pt").unlink()
+    (run / "checkpoint.pt").mkdir()
+    before = snapshot(run)
+    result = train(run, "--max-steps", "4") if command == "train" else use(run, "translate")
+    assert_refused(result, "checkpoint.pt is a folder, not the run's file")
+    assert snapshot(run) == before
+
+
+@pytest.mark.parametrize("option, value, said", [("--cooldown", "0.5", "cooldown 0.0 -> 0.5 (--cooldown)"),
+                                                 ("--lr-factor", "0.5", "lr_factor 1.0 -> 0.5 (--lr-factor)"),
+                                                 ("--warmup", "10", "warmup 400 -> 10 (--warmup)")])
+def test_schedule_changed_on_resume_is_said_and_recorded(run, option, value, said):
+    """The NaN stop recommends a lower --lr-factor, which the same folder used to refuse; --cooldown
+    was taken without a word while --warmup was refused. Now all three change, said and recorded."""
+    result = train(run, "--max-steps", "4", option, value)
+    assert result.returncode == 0, result.stderr
+    assert f"changed on resume: {said}" in result.stderr
+    meta = json.loads((run / "config.json").read_text())
+    assert meta["changes"] == [{"step": 2, "change": said}]
+    assert str(meta["training"][option[2:].replace("-", "_")]) == value
+    again = train(run, "--max-steps", "6", option, value)       # the new value is now the run's own
+    assert again.returncode == 0 and "changed on resume" not in again.stderr, again.stderr
+
+
+def test_translate_with_stdin_closed(trained_run):
+    """It used to raise an AttributeError traceback."""
+    assert_refused(cli("translate", "--run", trained_run, stdin=None), "stdin is closed")
+
+
+@pytest.mark.parametrize("alpha", ["1000", "1e308"])
+def test_huge_alpha_with_beam_search(trained_run, alpha):
+    """It used to raise an OverflowError traceback."""
+    assert_refused(cli("translate", "--run", trained_run, "--beam", "4", "--alpha", alpha, "a queen waited"),
+                   "alpha must be a finite number in [-10, 10]")
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX links and permissions")
+def test_output_onto_a_link_or_a_read_only_file(trained_run, tmp_path):
+    """--output onto a link replaced the link, onto a read-only file replaced it: now refused before decoding."""
+    target = tmp_path / "target.json"
+    target.write_text("{}")
+    (tmp_path / "link.json").symlink_to(target)
+    assert_refused(cli("evaluate", "--run", trained_run, "--limit", "1", "--output", tmp_path / "link.json"),
+                   "--output", "symbolic link")
+    assert target.read_text() == "{}"
+    if os.geteuid() != 0:                      # root may write a read-only file
+        target.chmod(0o444)
+        assert_refused(cli("evaluate", "--run", trained_run, "--limit", "1", "--output", target),
+                       "--output", "cannot be replaced")
+
+
+@pytest.mark.parametrize("option", ["--run", "--data-dir"])
+def test_path_with_bytes_that_are_not_utf8(tmp_path, option):
+    """A bare codec error used to come out (and leave tokenizer.json behind)."""
+    bad = str(tmp_path / "caf\udce9")                   # how Python hands a non-UTF-8 byte of argv over
+    args = (["--run", bad] if option == "--run" else
+            ["--run", tmp_path / "run", "--data", "multi30k", "--data-dir", bad])
+    assert_refused(cli("train", *TINY, *args), option, "not UTF-8")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_disk_full_at_the_first_checkpoint(tmp_path, monkeypatch):
+    """torch's own error (inline_container.cc) used to come out as a traceback."""
+    from transformer_lib import training
+
+    def full(*args, **kwargs):
+        raise RuntimeError("[enforce fail at inline_container.cc:626] . unexpected pos 64 vs 0")
+    monkeypatch.setattr(training.torch, "save", full)
+    result = train(tmp_path / "run")
+    announced, _, rest = result.stderr.partition("\n")      # the precision, said before the first step
+    assert announced.startswith("precision: ")
+    assert_refused(subprocess.CompletedProcess(result.args, result.returncode, result.stdout, rest),
+                   "cannot write", "checkpoint.pt", "disk full")
+
+
+@pytest.mark.skipif(not hasattr(os, "kill"), reason="needs signals")
+def test_interrupt_while_history_is_written_keeps_it_with_the_checkpoint(tmp_path, monkeypatch):
+    """Ctrl-C while history.json was written used to leave it behind the checkpoint."""
+    import signal
+
+    from transformer_lib import runs
+    real = runs.write_json
+
+    def interrupted(path, value):
+        if path.name == "history.json":
+            os.kill(os.getpid(), signal.SIGINT)      # arrives while the file is written
+        real(path, value)
+    monkeypatch.setattr(runs, "write_json", interrupted)
+    result = train(tmp_path / "run")
+    assert result.returncode == 130 and "interrupted at step 2" in result.stderr, result.stderr
+    history = json.loads((tmp_path / "run" / "history.json").read_text())
+    assert history["steps"] == torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)["state"]["step"]
+

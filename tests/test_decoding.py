@@ -323,3 +323,24 @@ def test_a_505_token_source_decodes_on_a_max_len_512_model():
     model.generator = Counting(model.generator, bias)
     src, _ = random_sources(11, [505])
     assert [len(h) for h in greedy(model, src, None)] == [512]
+
+
+@pytest.mark.parametrize("decode", [greedy_decode, beam_search])
+def test_empty_sources_are_refused(decode):
+    """Greedy and beam search of an empty source used to emit 50 tokens without a check."""
+    model = tiny_model()
+    with pytest.raises(ValueError, match=r"source sentence 0 is empty .*nothing to translate"):
+        decode(model, torch.zeros(2, 0, dtype=torch.long), None, BOS, EOS)
+    src = torch.tensor([[BOS, 5, EOS], [PAD, PAD, PAD]])
+    with pytest.raises(ValueError, match=r"source sentence 1 is empty \(no token that is not padding\)"):
+        decode(model, src, src == PAD, BOS, EOS)
+
+
+@pytest.mark.parametrize("alpha", [1000, 1e308, -11])
+def test_alpha_beyond_the_limit_is_refused(alpha):
+    """alpha=1000 used to end in an OverflowError inside the length penalty."""
+    model = tiny_model()
+    src = torch.tensor([[BOS, 5, EOS]])
+    with pytest.raises(ValueError, match=r"alpha must be a finite number in \[-10, 10\]"):
+        beam_search(model, src, None, BOS, EOS, alpha=alpha)
+    assert beam_search(model, src, None, BOS, EOS, alpha=10, max_len=5)     # the limit itself is allowed

@@ -200,3 +200,30 @@ def test_target_mask_more_right():
 def test_target_mask_more_wrong(wrong, message):
     with pytest.raises(AssertionError, match=message):
         check_target_mask(wrong)
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (lambda tgt, pad: torch.triu(torch.ones(tgt.size(1), tgt.size(1), dtype=torch.bool), 1) | (tgt != pad)[:, None, :],
+     "keys that are real tokens"),
+    (lambda tgt, pad: target_mask(tgt, pad).transpose(1, 2), "transposed"),
+])
+def test_target_mask_named_beyond_the_issue(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_target_mask(wrong)
+
+
+def real_token_batches_no_reset(lengths, max_tokens):
+    """The counts are never set back to 0 when a batch closes."""
+    batches, current, src_sum, tgt_sum = [], [], 0, 0
+    for i, (s, t) in enumerate(lengths):
+        if current and (src_sum + s > max_tokens or tgt_sum + t > max_tokens):
+            batches.append(current)
+            current = []
+        current.append(i)
+        src_sum, tgt_sum = src_sum + s, tgt_sum + t
+    return batches + [current] if current else batches
+
+
+def test_real_token_batches_counts_that_never_restart_are_named():
+    with pytest.raises(AssertionError, match="start again from 0"):
+        check_real_token_batches(real_token_batches_no_reset)

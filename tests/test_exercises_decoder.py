@@ -180,3 +180,22 @@ def test_causal_mask_refuses_subsequent_mask():
         check_causal_mask(lambda T: subsequent_mask(T))
     with pytest.raises(AssertionError, match="without torch.triu"):
         check_causal_mask(lambda T: torch.ones(T, T, dtype=torch.bool).triu_(1))
+
+
+def test_causal_mask_that_masks_nothing_is_named():
+    with pytest.raises(AssertionError, match="masks nothing"):
+        check_causal_mask(lambda T: torch.zeros(T, T, dtype=torch.bool))
+
+
+def test_is_causal_with_an_invisible_change_is_named():
+    def tiny_change(decoder, tgt, memory):
+        base = decoder(tgt, memory)
+        for j in range(1, tgt.size(1)):
+            edited = tgt.clone()
+            edited[:, j] += 1e-9
+            if not torch.equal(decoder(edited, memory)[:, :j], base[:, :j]):
+                return False
+        return True
+
+    with pytest.raises(AssertionError, match="visible amount"):
+        check_is_causal(tiny_change)

@@ -173,3 +173,27 @@ def test_pre_ln_runs_with_autograd():
 def test_padding_mask_more_wrong(wrong, message):
     with pytest.raises(AssertionError, match=message):
         check_padding_mask(wrong)
+
+
+def pre_ln_with_dropout(x, self_attn, feed_forward, norm1, norm2, src_key_padding_mask=None):
+    h = x + torch.nn.functional.dropout(self_attn(*(norm1(x),) * 3, key_padding_mask=src_key_padding_mask)[0], 0.1)
+    return h + feed_forward(norm2(h))
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (pre_ln_with_dropout, "two calls with the same input gave different outputs"),
+    (lambda x, a, f, n1, n2, src_key_padding_mask=None: (lambda h: h + f(n2(x)))(
+        x + a(*(n1(x),) * 3, key_padding_mask=src_key_padding_mask)[0]), "the feed-forward reads norm2\\(x\\)"),
+])
+def test_pre_ln_named_beyond_the_issue(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_pre_ln_encoder_layer(wrong)
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (lambda lengths, max_len: torch.arange(max_len)[None, :] >= max_len - lengths[:, None], "LEFT padding"),
+    (lambda lengths, max_len: torch.arange(max_len)[None, :] == lengths[:, None], ">=, not =="),
+])
+def test_padding_mask_named_beyond_the_issue(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_padding_mask(wrong)

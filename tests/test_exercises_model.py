@@ -188,3 +188,20 @@ def labels_with_bos(src):
 def test_copy_batch_more_wrong(wrong, message):
     with pytest.raises(AssertionError, match=message):
         check_copy_batch(wrong)
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (lambda src: (right_copy_batch(src)[0], right_copy_batch(src)[1].masked_fill(right_copy_batch(src)[1] == 0, -100)),
+     "pad with -100"),
+    (lambda src: (right_copy_batch(src)[0], torch.cat([right_copy_batch(src)[1][:, 1:],
+                                                       torch.zeros(src.size(0), 1, dtype=src.dtype)], 1)),
+     "lost the first symbol"),
+])
+def test_copy_batch_named_beyond_the_issue(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_copy_batch(wrong)
+
+
+def test_count_parameters_layer_norm_count_is_named():
+    with pytest.raises(AssertionError, match="6 LayerNorm\\(s\\) .* too many"):
+        check_count_parameters(lambda **k: count(**k) + 2 * k["d_model"] * k["n_layers"])

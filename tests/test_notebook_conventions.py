@@ -171,3 +171,24 @@ def test_validation_cells_are_folded(path):
             assert cell.get("metadata", {}).get("jupyter", {}).get("source_hidden"), \
                 f"code cell {number} only defines checks ({', '.join(defined)}): fold it (jupyter.source_hidden " \
                 "and the hide-input tag) under one sentence saying what it guards"
+
+
+def read_minutes(path: Path) -> int:
+    """Notebook 00's rule for the Read column: 150 words of prose and 10 non-blank code lines a minute,
+    rounded to 5 minutes."""
+    words = sum(len(source(c).split()) for c in cells(path, "markdown"))
+    lines = sum(1 for c in cells(path, "code") for line in source(c).splitlines() if line.strip())
+    return 5 * round((words / 150 + lines / 10) / 5)
+
+
+def test_syllabus_read_times_follow_their_stated_rule():
+    """The syllabus of notebook 00 says how its Read column is computed and that notebooks may drift
+    from it by a fifth (or 10 minutes) before the table must be redone."""
+    table = source(cells(NOTEBOOKS[0], "markdown")[[i for i, c in enumerate(cells(NOTEBOOKS[0], "markdown"))
+                                                     if "## 3. Syllabus" in source(c)][0]])
+    rows = re.findall(r"^\| \[?(\d\d) ·.*\| (\d+) min \|$", table, re.M)
+    assert [number for number, _ in rows] == [p.name[:2] for p in NOTEBOOKS], "one row per notebook, in order"
+    for (number, minutes), path in zip(rows, NOTEBOOKS):
+        rule = read_minutes(path)
+        assert abs(int(minutes) - rule) <= max(10, rule / 5), \
+            f"notebook {number}: the syllabus says {minutes} min to read, its rule gives {rule} min; update the table"

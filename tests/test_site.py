@@ -50,7 +50,7 @@ CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SOURCES = ["README.md", "pyproject.toml", "images", "notebooks", "solutions", "docs/conf.py",
-           "docs/stage_site.py", "docs/_static", "docs/_templates", "scripts/build_site.sh", *DOC_PAGES]
+           "docs/stage_site.py", "docs/printed_tables.py", "docs/_static", "docs/_templates", "scripts/build_site.sh", *DOC_PAGES]
 # The front page, the notebooks, the solutions, the Markdown pages, and the pages Sphinx adds.
 PAGES = (["index.html"] + [Path(p).with_suffix(".html").as_posix() for p in site_pages()]
          + ["genindex.html", "search.html"])

@@ -10,8 +10,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "docs"))
-from stage_site import (repository_url, rewrite_links, site_cells, site_outputs, site_pages,  # noqa: E402
-                        split_text_tables, strip_directives, table_html)
+from printed_tables import split_text_tables, table_html  # noqa: E402
+from stage_site import repository_url, rewrite_links, site_cells, site_outputs, site_pages, strip_directives  # noqa: E402
 
 
 def code_cell(source, outputs=(), **metadata) -> dict:
@@ -74,6 +74,27 @@ def test_staging_makes_wide_printed_tables_tables():
     assert "course-text-table" in outputs[0]["data"]["text/html"]
 
 
+def test_staging_makes_lines_printed_from_one_template_a_table():
+    """Notebook 10's padding table and the solutions' schedule: the words before each varying
+    number name its column."""
+    padding = ("bucketing by length:\n"
+               "max_tokens   128: padding fraction naive 0.260, bucketed 0.015\n"
+               "max_tokens  1024: padding fraction naive 0.333, bucketed 0.015\n"
+               "max_tokens  4096: padding fraction naive 0.360, bucketed 0.029\n"
+               "bucketed wastes less: True\n")
+    assert split_text_tables(padding) == [
+        "bucketing by length:\n",
+        (["max_tokens", "padding fraction naive", "bucketed"],
+         [["128", "0.260", "0.015"], ["1024", "0.333", "0.015"], ["4096", "0.360", "0.029"]],
+         "".join(padding.splitlines(keepends=True)[1:4])),
+        "bucketed wastes less: True\n"]
+    schedule = ("step 150 (p = 0.500): eq. 3 3.28e-03, with cooldown 3.28e-03\n"
+                "step 263 (p = 0.877): eq. 3 3.82e-03, with cooldown 1.88e-03\n"
+                "step 300 (p = 1.000): eq. 3 3.57e-03, with cooldown 0.00e+00\n")
+    header, rows, _ = split_text_tables(schedule)[0]
+    assert header == ["step", "p", "eq. 3", "with cooldown"] and rows[2] == ["300", "1.000", "3.57e-03", "0.00e+00"]
+
+
 @pytest.mark.parametrize("text", [
     "train:  20000 pairs,  20000 unique English\nvalid:    500 pairs,    500 unique English\n"
     "test :    500 pairs,    500 unique English\n",                     # no header: three alike rows
@@ -82,6 +103,16 @@ def test_staging_makes_wide_printed_tables_tables():
     "d    a    b\n1    2    3\n4    5    6\n",                          # narrow: it reads fine as text
     "source:     the teachers watched a queen and the king\nreference:  la lernoj reginon rigardis\n"
     "hypothesis: la lernoj reginon rigardis\n",                        # labelled lines, not columns
+    "k =    1: 4999 positions, max |PE(pos+k) - M_k PE(pos)| < 1e-5: True\n"
+    "k =    2: 4998 positions, max |PE(pos+k) - M_k PE(pos)| < 1e-5: True\n"
+    "k =    7: 4993 positions, max |PE(pos+k) - M_k PE(pos)| < 1e-5: True\n",  # words after the last number
+    "d_k =    1: Var(q.k) / d_k = 1.0, Var(q.k / sqrt(d_k)) = 1.0\n"
+    "d_k =    4: Var(q.k) / d_k = 1.0, Var(q.k / sqrt(d_k)) = 1.0\n"
+    "d_k =   16: Var(q.k) / d_k = 1.0, Var(q.k / sqrt(d_k)) = 1.0\n",     # one number varies: a list
+    "step 1 loss 3.2\nstep 2 loss 2.9\nstep 3 loss 2.7\n",           # narrow
+    " [ 0.8415  0.5403  0.0998  0.995   0.01    1.      0.001   1.    ]\n"
+    " [ 0.9093 -0.4161  0.1987  0.9801  0.02    0.9998  0.002   1.    ]\n"
+    " [ 0.1411 -0.99    0.2955  0.9553  0.03    0.9996  0.003   1.    ]\n",  # rows of a printed array
 ])
 def test_staging_leaves_printed_text_that_is_no_wide_table(text):
     assert split_text_tables(text) == [text]

@@ -18,12 +18,14 @@ def _real_token_batches(lengths: list[tuple[int, int]], max_tokens: int, rule: s
     too_many = {"right": lambda s, t: s > max_tokens or t > max_tokens,
                 "strict": lambda s, t: s >= max_tokens or t >= max_tokens,
                 "source only": lambda s, t: s > max_tokens,
-                "sum": lambda s, t: s + t > max_tokens}[rule]
+                "sum": lambda s, t: s + t > max_tokens, "no reset": lambda s, t: s > max_tokens or t > max_tokens}[rule]
     batches, current, src_sum, tgt_sum = [], [], 0, 0
     for i, (s, t) in enumerate(lengths):
         if current and too_many(src_sum + s, tgt_sum + t):
             batches.append(current)
-            current, src_sum, tgt_sum = [], 0, 0
+            current = []
+            if rule != "no reset":
+                src_sum, tgt_sum = 0, 0
         current.append(i)
         src_sum, tgt_sum = src_sum + s, tgt_sum + t
     return batches + [current] if current else batches
@@ -75,7 +77,9 @@ def _check_batches_on(fn, lengths: list[tuple[int, int]], max_tokens: int) -> No
                        "example would go OVER max_tokens (>, not >=)",
              "source only": "count the target side too: close a batch when either side would go over max_tokens",
              "sum": "count each side on its own: the source tokens must fit max_tokens, and so must the "
-                    "target tokens (not their sum)"}
+                    "target tokens (not their sum)",
+             "no reset": "the token counts must start again from 0 (plus the new example) when a new batch opens; "
+                         "yours keep growing, so every later batch holds one example"}
     for rule, message in slips.items():
         if got == _real_token_batches(lengths, max_tokens, rule) != expected:
             raise AssertionError(f"max_tokens={max_tokens}: {message}")
@@ -127,6 +131,12 @@ def _check_mask_on(fn, tgt_in: torch.Tensor, pad: int) -> None:
     if torch.equal(got, causal & padding):
         raise AssertionError("combine the two masks with | (or): a key is blocked if it is in the future OR "
                              "padding; & blocks only keys that are both")
+    if torch.equal(got, causal | (tgt_in != pad)[:, None, :]):
+        raise AssertionError("you masked the keys that are real tokens; mask those that ARE padding: "
+                             "(tgt_in == pad_id)[:, None, :]")
+    if torch.equal(got, expected.transpose(1, 2)):
+        raise AssertionError("the mask is transposed: row t is the query, column j the key; query t may not see "
+                             "a later key j > t or a padding key")
     if pad != 0 and torch.equal(got, _target_mask(tgt_in, 0)):
         raise AssertionError(f"with pad_id={pad} you masked the keys whose token is 0: compare with the pad_id "
                              "argument, (tgt_in == pad_id), not with a fixed 0")

@@ -30,6 +30,7 @@ def _check_causal_mask(causal_mask) -> None:
         }
         for message, wrong in slips.items():
             assert not torch.equal(got, wrong), message
+        assert got.any() or T == 1, f"causal_mask({T}) masks nothing: True above the diagonal (key j > query i)"
         raise AssertionError(f"causal_mask({T}) should be\n{expected.int()}\ngot\n{got.int()}")
 
 
@@ -81,10 +82,12 @@ def _check_is_causal(is_causal) -> None:
         "output i of this decoder depends on tgt[:, i] and on nothing later, but your function said it is "
         "not causal: changing position j may change outputs j, j + 1, ... (j itself included); only "
         "outputs i < j must stay the same (compare out[:, :j], not out[:, :j + 1])")
-    assert ask(masked, "a decoder with the causal mask"), \
-        "a decoder with the causal mask is causal, but your function said False"
-    assert not ask(unmasked, "a decoder without the causal mask"), \
-        "a decoder WITHOUT the causal mask sees later positions, but your function said it is causal"
+    assert ask(masked, "a decoder with the causal mask"), (
+        "a decoder with the causal mask is causal, but your function said False: after changing position j, compare "
+        "only the EARLIER outputs i < j; outputs j, j + 1, ... may change")
+    assert not ask(unmasked, "a decoder without the causal mask"), (
+        "a decoder WITHOUT the causal mask sees later positions, but your function said it is causal: change a later "
+        "position by a visible amount (say + 1) and compare the earlier outputs with a tolerance (torch.allclose)")
     assert not ask(_leaky(masked, 0, T - 1), "a decoder whose output 0 sees the last position"), (
         "output 0 of this decoder depends on the LAST target position, but your function said it is "
         "causal: change every later position j > i, not only the next one")

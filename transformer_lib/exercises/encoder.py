@@ -43,6 +43,13 @@ def _check_padding_mask(padding_mask) -> None:
         if torch.equal(got, positions > lengths[:, None]):
             raise AssertionError("off by one: position j of a sentence of length n is padding when j >= n "
                                  "(positions count from 0), so the first padded position is j = n itself")
+        if torch.equal(got, positions >= max_len - lengths[:, None]):
+            raise AssertionError("that is LEFT padding (padding first, then the sentence); the batches here are padded "
+                                 "on the right: position j of a sentence of length n is padding when j >= n")
+        if torch.equal(got, positions == lengths[:, None]):
+            raise AssertionError("only position n is marked; every position j >= n is padding (>=, not ==)")
+        if not got.any():
+            raise AssertionError("nothing is marked as padding: position j of a sentence of length n is padding when j >= n")
         if torch.equal(got, positions >= lengths[:, None] - 1):
             raise AssertionError("off by one: the last real token (position n - 1) was marked as padding; "
                                  "padding starts at j = n")
@@ -126,9 +133,19 @@ def _check_layer_with(pre_ln_encoder_layer, D: int, H: int, generator: torch.Gen
     got = got.detach()
     if torch.allclose(got, expected, atol=1e-5):
         return
+    slips["the feed-forward reads norm2(x); it must read norm2(h), h = x + SelfAttn(norm1(x)): h + FFN(norm2(h))"] = \
+        h + ff(norm2(x))
     for message, wrong in slips.items():
         if wrong.isfinite().all() and torch.allclose(got, wrong, atol=1e-5):
             raise AssertionError(message)
+    if padding is not None and torch.allclose(got[~padding], expected[~padding], atol=1e-5):
+        raise AssertionError("the real positions are right, but you changed the outputs at the padded positions; "
+                             "leave them as the layer computes them (the mask only keeps keys out of attention)")
+    with torch.no_grad():
+        again = pre_ln_encoder_layer(x, attn, ff, norm1, norm2, **mask_kwargs)
+    if not torch.allclose(got, again.detach(), atol=1e-6):
+        raise AssertionError("two calls with the same input gave different outputs: the layer must be deterministic "
+                             "here (dropout 0; F.dropout(x, p) drops by default, training=True)")
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=0, msg=lambda m: (
         "differs from EncoderLayer(norm_first=True): h = x + SelfAttn(norm1(x)), then "
         "h + FFN(norm2(h)), with no LayerNorm on the output\n" + m))

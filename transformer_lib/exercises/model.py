@@ -73,6 +73,15 @@ def check_count_parameters(your_function) -> None:
                 hint = "an encoder layer has one feed-forward block and a decoder layer one, not two"
             elif expected - got == N * 2 * D * 2 + N * 3 * 2 * D:
                 hint = "the LayerNorms are missing: 2D each, two per encoder layer, three per decoder layer"
+            elif not full["tie_embeddings"] and got - expected == 2 * (V_src - V_tgt) * D:
+                hint = "the untied target embedding and the output layer have tgt_vocab_size rows, not src_vocab_size"
+            elif abs(got - expected) in (N * (D + F), 2 * N * (D + F)):
+                hint = ("the feed-forward biases: each feed-forward block has d_ff + d_model of them, and every "
+                        "encoder layer and every decoder layer has one block")
+            elif (got - expected) % (2 * D) == 0 and abs(got - expected) // (2 * D) <= 5 * N + 2:
+                k = (got - expected) // (2 * D)
+                hint = (f"that is {abs(k)} LayerNorm(s) (2·d_model each) too {'many' if k > 0 else 'few'}: an "
+                        "encoder layer has 2, a decoder layer 3, and a pre-LN stack one more at its end")
             raise AssertionError(f"for {full} the model has {expected:,} parameters, your formula gives {got:,} "
                                  f"(off by {got - expected:+,})" + (f": {hint}" if hint else ""))
     run_checker("count_parameters", your_function, check)
@@ -122,6 +131,11 @@ def _check_copy_on(copy_batch, src: torch.Tensor) -> None:
     if torch.equal(labels[:, 1:], expected_labels[:, :-1]) and (labels[:, 0] == BOS).all():
         raise AssertionError("the labels start with <bos>; <bos> is only fed to the decoder. The labels are the "
                              "symbols themselves, then <eos> = 2: label t is what position t must predict")
+    if (labels == -100).any() and torch.equal(labels.masked_fill(labels == -100, PAD), expected_labels):
+        raise AssertionError("the labels pad with -100; the course pads them with <pad> = 0 (the loss ignores pad_id)")
+    if torch.equal(labels[:, :-1], expected_labels[:, 1:]):
+        raise AssertionError("your labels lost the first symbol: label t is symbol t (then <eos>); it is the "
+                             "decoder input that is shifted right, behind <bos>")
     assert (labels == EOS).sum(1).eq(1).all(), \
         f"each label row needs exactly one <eos> = 2 after the symbols, got\n{labels}"
     assert not (tgt_in == EOS).any(), "<eos> is never fed to the decoder: replace it by <pad> in the decoder input"
