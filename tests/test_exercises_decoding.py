@@ -197,3 +197,40 @@ def test_score_more_wrong_answers(wrong, message):
 def test_greedy_more_wrong_answers(wrong, message):
     with pytest.raises(AssertionError, match=message):
         check_greedy_decode(wrong)
+
+
+@pytest.mark.parametrize("wrong,message", [
+    (lambda log_p, length, alpha: log_p / ((5 + length) / 6 ** alpha), "not \\(5 \\+ \\|Y\\|\\) / 6\\^α"),
+    (lambda log_p, length, alpha: log_p / ((6 + length) / 6) ** alpha, "adds 5 to the length, not 6"),
+    (lambda log_p, length, alpha: log_p / ((5 + length) // 6) ** alpha, "integer division"),
+])
+def test_score_named_beyond_the_issue(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_length_normalised_score(wrong)
+
+
+@torch.no_grad()
+def sampled_greedy(model, src, mask, bos_id, eos_id, max_len):
+    memory = model.encode(src, mask)
+    ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)
+    for _ in range(max_len):
+        hidden = model.decode(ys, memory, subsequent_mask(ys.size(1)), None, mask)
+        ys = torch.cat([ys, torch.multinomial(model.generator(hidden[:, -1]).float().softmax(-1), 1)], dim=1)
+        if (ys == eos_id).any(dim=1).all():
+            break
+    return [r[:r.index(eos_id)] if eos_id in r else r for r in ys[:, 1:].tolist()]
+
+
+@torch.no_grad()
+def cut_at_last_eos(model, src, mask, bos_id, eos_id, max_len):
+    rows = reference_greedy(model, src, mask, bos_id, eos_id, max_len, strip=False)
+    return [r[:len(r) - 1 - r[::-1].index(eos_id)] if eos_id in r else r for r in rows]
+
+
+@pytest.mark.parametrize("wrong,message", [
+    (sampled_greedy, "two calls gave different outputs|expected"),
+    (cut_at_last_eos, "cut at its FIRST </s>"),
+])
+def test_greedy_named_beyond_the_issue(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_greedy_decode(wrong)

@@ -144,7 +144,7 @@ def test_noam_right_answers(right):
     (lambda step, d, w: d ** -0.5 * min(step ** -0.5, step * w ** 1.5), "negative exponent"),
     (lambda step, d, w: d ** -0.5 * min(step ** 0.5, step * w ** -1.5), "step\\^0.5"),
     (lambda step, d, w: [noam_branches(step, d, w)], "return a number"),
-    (lambda step, d, w: 3 * noam_branches(step, d, w), "step=1: expected"),
+    (lambda step, d, w: 3 * noam_branches(step, d, w), "3 times eq. 3 at every step"),
 ])
 def test_noam_wrong_answers(wrong, message):
     with pytest.raises(AssertionError, match=message):
@@ -344,3 +344,20 @@ def test_gradient_accumulation_more_right_answers():
 def test_cooldown_more_wrong_answers(wrong, message):
     with pytest.raises(AssertionError, match=message):
         check_cooldown(wrong)
+
+
+@pytest.mark.parametrize("check, wrong, message", [
+    (check_label_smoothing, lambda lg, t, eps, pad: smoothed_q(lg, t, eps, pad, lambda o, e, V: (1 - e) * o + e / (V - 1)),
+     "ε/\\(V − 1\\) to every token"),
+    (check_label_smoothing, lambda lg, t, eps, pad: smoothed_q(lg, t, eps, pad, lambda o, e, V: (1 - e) * o + e / V * (1 - o)),
+     "the true token got 1 − ε only"),
+    (check_noam_lr, lambda step, d, w: d ** -0.5 * min(1 / step, step * w ** -1.5), "you used 1 / step"),
+    (check_gradient_accumulation, lambda m, c, mbs, pad: [(c(m(x), y) / int((y != pad).sum())).backward() for x, y in mbs]
+     and None, "already a mean"),
+    (check_gradient_accumulation, lambda m, c, mbs, pad: c(m(mbs[0][0]), mbs[0][1]).backward(), "only micro-batch 0"),
+    (check_cooldown, lambda step, p, d, w, c: noam_lr(step, d, w) * min(1.0, (1 - p) * c), "multiplied \\(1 − progress\\) by cooldown"),
+    (check_cooldown, lambda step, p, d, w, c: noam_lr(step, d, w) * min(1.0, (1 - p) / c) ** 0.5, "square root"),
+])
+def test_training_slips_named_beyond_the_issue(check, wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check(wrong)

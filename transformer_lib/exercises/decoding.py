@@ -53,6 +53,14 @@ def _check_score(your_function) -> None:
             hint = " Raise (5 + |Y|) / 6 to the power α."
         elif math.isclose(got, log_prob / length ** alpha, rel_tol=1e-6):
             hint = " GNMT's penalty is ((5 + |Y|) / 6)^α, not |Y|^α."
+        elif math.isclose(got, log_prob / ((5 + length) / 6 ** alpha), rel_tol=1e-6):
+            hint = " The exponent α applies to the whole fraction: ((5 + |Y|) / 6)^α, not (5 + |Y|) / 6^α."
+        elif math.isclose(got, log_prob / ((6 + length) / 6) ** alpha, rel_tol=1e-6):
+            hint = " GNMT adds 5 to the length, not 6: ((5 + |Y|) / 6)^α, so that lp = 1 for |Y| = 1."
+        elif math.isclose(got, log_prob / length_penalty(length, alpha) / length, rel_tol=1e-6):
+            hint = " Divide by lp(Y) only, not also by the length |Y|: lp already carries the length."
+        elif math.isclose(got, log_prob / ((5 + length) // 6) ** alpha, rel_tol=1e-6):
+            hint = " (5 + |Y|) // 6 is integer division; divide with /: ((5 + |Y|) / 6)^α."
         elif math.isclose(got, log_prob / ((5 + length) ** alpha / 6), rel_tol=1e-6):
             hint = " The exponent α applies to the whole fraction: ((5 + |Y|) / 6)^α, not (5 + |Y|)^α / 6."
         elif math.isclose(got, log_prob / (5 + length / 6) ** alpha, rel_tol=1e-6):
@@ -169,7 +177,9 @@ class _ReversingModel(nn.Module):
                     out[b, t] = tokens[b, max(int(n_enc[b]) - 2 - p, 0)]
                 elif p == n_dec[b] - 2:
                     out[b, t] = EOS
-                else:                                                # after </s>: babble, as real models do
+                elif (p + b) % 4 == 0:                               # after </s>: babble, </s> again at times
+                    out[b, t] = EOS
+                else:
                     out[b, t] = 4 + (p + b) % (self.vocab_size - 4)
         return 10.0 * nn.functional.one_hot(out, self.vocab_size).float()            # (B, T, V) logits
 
@@ -202,11 +212,13 @@ def _greedy(model, src, mask, max_len, causal=True, encoder_mask=True, decoder_m
                               mask if decoder_mask else None)
         ys = torch.cat([ys, model.generator(hidden[:, position]).argmax(-1, keepdim=True)], dim=1)
         ended = (ys == EOS).any(dim=1)
-        if stop == "all" and ended.all() or stop == "any" and ended.any():     # stop="never": all max_len steps
+        if stop == "all" and ended.all() or stop == "any" and ended.any() or stop == "first row" and ended[0]:
             break
     rows = ys.tolist() if keep_bos else ys[:, 1:].tolist()
     if cut == "first":
         return [row[:row.index(EOS)] if EOS in row else row for row in rows]
+    if cut == "last":
+        return [row[:len(row) - 1 - row[::-1].index(EOS)] if EOS in row else row for row in rows]
     if cut == "drop ids":
         return [[i for i in row if i != EOS] for row in rows]
     return rows
@@ -225,6 +237,10 @@ _SLIPS = [
      dict(stop="never", cut="drop ids")),
     ("you removed the </s> ids but kept what the model wrote AFTER </s>; a sentence ends at its first </s>: "
      "cut there, row[:row.index(eos_id)]", dict(cut="drop ids")),
+    ("each sentence must be cut at its FIRST </s>; you cut at the last one, keeping what came after the first",
+     dict(cut="last")),
+    ("the loop stopped when sentence 0 ended; go on until EVERY sentence has produced </s> (or max_len), "
+     "(ys == eos_id).any(dim=1).all()", dict(stop="first row")),
     ("the whole batch stopped when the FIRST sentence ended; each sentence ends at its own </s> (or max_len): "
      "go on until every sentence has produced </s>, then cut each at its own", dict(stop="any")),
     ("no causal mask: a full pass over the prefix needs tgt_mask=subsequent_mask(t), or position i sees "
@@ -269,6 +285,11 @@ def _compare(your_function, model, src, mask, max_len: int, expected: list[list[
         if wrong_len > 0 and got == _greedy(model, src, mask, wrong_len) != expected:
             raise AssertionError(f"{what}: you generated {message}; max_len counts the generated tokens, </s> "
                                  "included, and a sentence stops after max_len of them")
+    with torch.no_grad():
+        again = call(your_function, model, src, mask, BOS, EOS, max_len, on=f"decoding {what} again", refuse=_NO_DECODER)
+    if [[int(i) for i in row] for row in again] != got:
+        raise AssertionError(f"{what}: two calls gave different outputs; greedy decoding takes the most likely token, "
+                             "argmax(-1), at every step (no sampling)")
     for i, (g, e) in enumerate(zip(got, expected)):
         if g != e:
             trailing = [x for x in g[len(e):]] if g[:len(e)] == e else []

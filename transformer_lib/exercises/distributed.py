@@ -42,9 +42,11 @@ def check_shard(your_function) -> None:
                 continue
             sizes = [len(shard) for shard in shards]
             if len(set(sizes)) > 1:
+                rest = n_batches % world_size
                 raise AssertionError(f"{n_batches} batches over {world_size} ranks gave shards of {sizes} batches: "
                                      "every rank must get the same number, or the rank with one more waits forever "
-                                     f"in the all-reduce; drop the last {n_batches % world_size} first")
+                                     "in the all-reduce; " + (f"drop the last {rest} first" if rest else
+                                     "rank r takes batches r, r + N, r + 2N, ... (batches[rank::world_size])"))
             used = [b for shard in shards for b in shard]
             if len(set(used)) < len(used):
                 raise AssertionError("a batch went to two ranks: the shards must be disjoint")

@@ -29,7 +29,10 @@ _BP_SLIPS = {  # a slip that explains every answer for c > 0, and the message th
         lambda c, r: 1.0 if c >= r else math.exp(1 - r // c),
     "you computed exp(1 - c / r); the penalty is exp(1 - r / c), r over c, which is below 1 when c < r":
         lambda c, r: 1.0 if c >= r else min(1.0, math.exp(1 - c / r)),
+    "you computed exp(1 - c / r), which is above 1 when c < r; the penalty is exp(1 - r / c), r over c":
+        lambda c, r: 1.0 if c >= r else math.exp(1 - c / r),
     "the exponential is missing: BP = exp(1 - r / c) when c < r": lambda c, r: 1.0 if c >= r else 1 - r / c,
+    "the 1 is missing in the exponent: BP = exp(1 - r / c), not exp(-r / c)": lambda c, r: 1.0 if c >= r else math.exp(-r / c),
 }
 
 
@@ -37,7 +40,7 @@ def _check_bp(your_function) -> None:
     rng = fresh_random()
     drawn = [(rng.randint(1, 60), rng.randint(1, 60)) for _ in range(3)] + [(rng.randint(61, 90), rng.randint(91, 200))]
     answers = {}
-    for c, r in [(10, 10), (12, 10), (9, 10), (5, 10), (1, 7), (3, 30), (7, 20), (0, 5)] + drawn:
+    for c, r in [(10, 10), (11, 10), (12, 10), (9, 10), (5, 10), (1, 7), (3, 30), (7, 20), (0, 5)] + drawn:
         got = call(your_function, c, r, on=f"the candidate is empty (c=0, r={r})" if c == 0 else f"c={c}, r={r}",
                    hint=("an empty output has BP = 0 (and BLEU 0): return 0.0 before dividing by c"
                          if c == 0 else None), refuse=_NO_SACREBLEU)

@@ -51,7 +51,9 @@ def _smoothed_variants(logits: torch.Tensor, target: torch.Tensor, eps: float, p
         "log_softmax(logits, dim=-1)": -(q * logits.log_softmax(0)).sum(-1)[real].mean(),
         "that is KL(q ‖ p) = cross-entropy − entropy of q; the loss is the cross-entropy −Σ q log p, which "
         "F.cross_entropy(label_smoothing=ε) computes": (per_position - entropy)[real].mean(),
-            "ε and 1 − ε are swapped: the true token gets 1 − ε (+ ε/V), not ε":
+            "the loss uses log base 2; cross-entropy takes the natural log (log_softmax)":
+            -(q * log_p / math.log(2)).sum(-1)[real].mean(),
+        "ε and 1 − ε are swapped: the true token gets 1 − ε (+ ε/V), not ε":
                 -((eps * one_hot + (1 - eps) / V) * log_p).sum(-1)[real].mean(),
     }
     if eps > 0:
@@ -63,6 +65,10 @@ def _smoothed_variants(logits: torch.Tensor, target: torch.Tensor, eps: float, p
             "the course follows PyTorch: q = (1 − ε)·one_hot + ε/V": -(annotated * log_p).sum(-1)[real].mean(),
             "ε was not divided among the V tokens: q = (1 − ε)·one_hot + ε/V, so that q sums to 1":
                 -(((1 - eps) * one_hot + eps) * log_p).sum(-1)[real].mean(),
+            "you gave ε/(V − 1) to every token, the true one included, so q sums to more than 1; q = (1 − ε)·one_hot "
+            "+ ε/V": -(((1 - eps) * one_hot + eps / (V - 1)) * log_p).sum(-1)[real].mean(),
+            "the true token got 1 − ε only; it gets ε/V too, like every token: q = (1 − ε)·one_hot + ε/V":
+                -(((1 - eps) * one_hot + eps / V * (1 - one_hot)) * log_p).sum(-1)[real].mean(),
             "the smoothing part is missing: you weighted −log p(true token) by 1 − ε, but q also puts ε/V on "
             "every token: q = (1 − ε)·one_hot + ε/V": -((1 - eps) * one_hot * log_p).sum(-1)[real].mean(),
             "your loss ignores ε: it is the plain cross-entropy; mix the one-hot target with the uniform one, "
@@ -133,6 +139,7 @@ def _noam_slips(step: int, d: int, w: int) -> dict[str, float]:
         "the warmup branch is step · warmup_steps^-1.5 (a negative exponent)": d ** -0.5 * min(decay, step * w ** 1.5),
         "the warmup branch is step · warmup_steps^-1.5; you used the exponent -0.5": d ** -0.5 * min(decay, step * w ** -0.5),
         "the decay branch is step^-0.5 (it falls after the warmup); you used step^0.5": d ** -0.5 * min(step ** 0.5, linear),
+        "the decay branch is step^-0.5, the inverse square root; you used 1 / step": d ** -0.5 * min(1 / step, linear),
     }
 
 
@@ -159,6 +166,10 @@ def check_noam_lr(your_function) -> None:
         for message in _noam_slips(1, 1, 1):                 # a slip explains the answer at every step
             if all(math.isclose(got[d, w, s], _noam_slips(s, d, w)[message], rel_tol=1e-6) for d, w, s in cases):
                 raise AssertionError(message)
+        ratios = [got[case] / noam_lr(case[2], *case[:2]) for case in cases]
+        if max(ratios) - min(ratios) < 1e-6 * abs(ratios[0]):
+            raise AssertionError(f"your rate is {ratios[0]:.4g} times eq. 3 at every step: drop the extra factor, "
+                                 "lrate = d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)")
         d_model, warmup, step = wrong_cases[0]
         where = f"d_model={d_model}, warmup={warmup}, step={step}"
         value, expected = got[d_model, warmup, step], noam_lr(step, d_model, warmup)
@@ -244,6 +255,10 @@ def _check_accumulation_on(fn, micro_batches: list, pad: int) -> None:
                       "each micro-batch by its share of them: n_i / n_total"),
         ([n / sum(not_zero) for n in not_zero], f"you counted the targets that are not 0; count those that are not "
          f"pad_id (here {pad}): (target != pad_id).sum()"),
+        ([n / k for n in real], "you weighted each micro-batch by its count of real targets divided by the number "
+         "of micro-batches; divide by the TOTAL count of real targets instead: n_i / n_total"),
+        ([1 / n for n in real], "you divided each micro-batch's loss (already a mean) by its count of real targets; "
+         "weight it by that count over the total: loss_i · n_i / n_total"),
         ([len(y) / sum(sizes) for _, y in micro_batches], "you weighted each micro-batch by its number of examples, "
          "padding included; the loss is a mean over REAL target tokens: weight by the count of targets != pad_id"),
     ]
@@ -253,11 +268,14 @@ def _check_accumulation_on(fn, micro_batches: list, pad: int) -> None:
         wrong = _grad_with(state, criterion, micro_batches, weights)
         if torch.allclose(grad, wrong, atol=1e-6, rtol=1e-5) and not torch.allclose(wrong, expected, atol=1e-6):
             raise AssertionError(message)
-    g_last = _grad_with(state, criterion, micro_batches[-1:], [1.0])
-    scale = float((grad * g_last).sum() / (g_last * g_last).sum())             # grad = scale · (last one's)?
-    if torch.allclose(grad, scale * g_last, atol=1e-6) and not torch.allclose(expected, scale * g_last, atol=1e-6):
-        raise AssertionError("only the last micro-batch's gradient is left: do not zero the gradients (or "
-                             "step the optimizer) between micro-batches; backward() adds into .grad")
+    for i in range(k):
+        g_one = _grad_with(state, criterion, micro_batches[i:i + 1], [1.0])
+        scale = float((grad * g_one).sum() / (g_one * g_one).sum())             # grad = scale · (this one's)?
+        if torch.allclose(grad, scale * g_one, atol=1e-6) and not torch.allclose(expected, scale * g_one, atol=1e-6):
+            raise AssertionError(("only the last micro-batch's gradient is left: do not zero the gradients (or step "
+                                  "the optimizer) between micro-batches; backward() adds into .grad") if i == k - 1 else
+                                 f"only micro-batch {i}'s gradient is there: run forward and backward on every "
+                                 "micro-batch, one after the other")
     torch.testing.assert_close(grad, expected, atol=1e-6, rtol=1e-5, msg=lambda m: (
         f"the accumulated gradient differs from one pass over all micro-batches together (pad_id={pad}):\n" + m))
 
@@ -308,6 +326,15 @@ def check_cooldown(your_function) -> None:
                 raise AssertionError(f"{where}: you divided by 1 − cooldown; the ramp covers the last `cooldown` "
                                      "share of the run, so divide by cooldown: min(1, (1 − progress) / cooldown)")
             ramp = min(1.0, (1 - progress) / cooldown)
+            if progress == 1.0 and not math.isclose(float(got), 0.0, abs_tol=1e-12):
+                raise AssertionError(f"{where}: at the end of the run (progress = 1) the rate must be 0: the ramp "
+                                     "(1 − progress) / cooldown reaches 0 there")
+            if math.isclose(float(got), noam * min(1.0, (1 - progress) * cooldown), rel_tol=1e-6, abs_tol=1e-12):
+                raise AssertionError(f"{where}: you multiplied (1 − progress) by cooldown; divide by it, so that the "
+                                     "ramp is 1 where the cooldown starts: min(1, (1 − progress) / cooldown)")
+            if math.isclose(float(got), noam * ramp ** 0.5, rel_tol=1e-6, abs_tol=1e-12):
+                raise AssertionError(f"{where}: your ramp is a square root; the exercise's ramp falls LINEARLY: "
+                                     "min(1, (1 − progress) / cooldown)")
             if math.isclose(float(got), noam * 0.5 * (1 - math.cos(math.pi * ramp)), rel_tol=1e-6, abs_tol=1e-12):
                 raise AssertionError(f"{where}: that is a cosine ramp; the exercise's ramp falls LINEARLY to 0: "
                                      "min(1, (1 − progress) / cooldown)")
