@@ -12,8 +12,8 @@ the site can rewrite what only makes sense on GitHub without touching the commit
   directive lines (`#| default_exp ...`, `#| export`) are dropped, since they mean nothing to
   a reader (a cell that held only directives goes); and a cell folded in Jupyter
   (`jupyter.source_hidden`) gets the `hide-input` tag, which myst-nb shows as a "show code" toggle;
-  a table printed as aligned text too wide for a phone's output box (a header line over rows whose
-  columns are two or more spaces apart, `text_tables`) is shown as an HTML table, which course.js
+  consecutive printed outputs are joined (as Jupyter shows them), and a table printed as text too
+  wide for a phone's output box (docs/printed_tables.py) is shown as an HTML table, which course.js
   turns into cards of "header: value" on a narrow screen; its text stays the output's text/plain;
 - the Markdown pages (`DOC_PAGES`) are copied with the same link rewriting, and listed after the
   solutions;
@@ -22,7 +22,6 @@ the site can rewrite what only makes sense on GitHub without touching the commit
 Usage: python docs/stage_site.py [STAGING_DIR]
 """
 
-import html
 import json
 import os
 import re
@@ -30,6 +29,9 @@ import shutil
 import sys
 import tomllib
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from printed_tables import split_text_tables, table_html  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIRS = ("notebooks", "solutions")
@@ -117,98 +119,6 @@ def site_cells(cells: list[dict], page: str, pages: set[str], repo: str) -> list
                     tags.append("hide-input")
         shown.append(cell)
     return shown
-
-
-# ---- Printed tables -----------------------------------------------------------------------------
-
-# A phone's output box shows about 43 characters of a line; a narrower text table reads fine as text.
-TEXT_TABLE_MIN_CHARS = 44
-NUMBER = re.compile(r"[-+]?(?:\d[\d,]*)?\.?\d+[%MkK]?")
-
-
-def column_spans(rows: list[str]) -> list[tuple[int, int]]:
-    """The columns [start, end) of `rows`: what is written in some row, split where every row leaves
-    two or more characters blank (one blank separates the words of a cell)."""
-    width = max(map(len, rows))
-    written = [i for i in range(width) if any(i < len(row) and not row[i].isspace() for row in rows)]
-    spans = []
-    for i in written:
-        if spans and i - spans[-1][1] < 2:
-            spans[-1] = (spans[-1][0], i + 1)
-        else:
-            spans.append((i, i + 1))
-    return spans
-
-
-def header_cells(header: str, spans: list[tuple[int, int]]) -> list[str]:
-    """Each word of the header line names the column it overlaps most; a word over no column names
-    the next one to its right (`BLEU:` left of `seed_0`), or the last one."""
-    names = [[] for _ in spans]
-    for word in re.finditer(r"\S+", header):
-        overlap = [min(end, word.end()) - max(start, word.start()) for start, end in spans]
-        column = max(range(len(spans)), key=overlap.__getitem__)
-        if overlap[column] <= 0:
-            column = next((k for k, (start, _) in enumerate(spans) if start >= word.end()), len(spans) - 1)
-        names[column].append(word.group())
-    return [" ".join(words) for words in names]
-
-
-def skeleton(cell: str) -> str:
-    return NUMBER.sub("0", cell)
-
-
-def text_table(lines: list[str]) -> tuple[list[str], list[list[str]], int] | None:
-    """(header, rows, lines used) when `lines` starts with a text table, else None: a header line
-    naming every column, then at least two rows of at least three columns, no cell of which holds a
-    run of blanks (that would be two cells) or only punctuation (a printed tensor's brackets)."""
-    for end in range(len(lines), 2, -1):                     # the longest table wins
-        rows = lines[1:end]
-        if max(map(len, lines[:end])) < TEXT_TABLE_MIN_CHARS:
-            return None
-        spans = column_spans(rows)
-        if len(spans) < 3:
-            continue
-        header = header_cells(lines[0], spans)
-        cells = [[row[start:end_].strip() for start, end_ in spans] for row in rows]
-        if not all(re.search(r"[^\W\d_]", name) for name in header):
-            continue
-        if any("  " in c or (c and not re.search(r"\w", c)) for row in cells for c in row):
-            continue
-        if any(sum(map(bool, row)) < 2 for row in cells):
-            continue
-        # A first line shaped like the rows is a row, not a header (`train: 20000 pairs, ...`).
-        if sum(skeleton(h) == skeleton(c) for h, c in zip(header, cells[0])) * 2 >= len(spans):
-            continue
-        return header, cells, end
-    return None
-
-
-def table_html(header: list[str], rows: list[list[str]]) -> str:
-    numeric = [all(NUMBER.fullmatch(row[k]) for row in rows if row[k]) for k in range(len(header))]
-    align = [' class="course-number"' if n else "" for n in numeric]  # right-aligned in a table
-    cell = lambda tag, text, k: f"<{tag}{align[k]}>{html.escape(text)}</{tag}>"  # noqa: E731
-    head = "".join(cell("th", name, k) for k, name in enumerate(header))
-    body = "".join("<tr>" + "".join(cell("td", text, k) for k, text in enumerate(row)) + "</tr>\n" for row in rows)
-    return f'<table class="table course-text-table">\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}</tbody>\n</table>\n'
-
-
-def split_text_tables(text: str) -> list[str | tuple[list[str], list[list[str]], str]]:
-    """`text` as pieces: plain text, and (header, rows, its text) for each wide text table in it.
-    A table starts a paragraph (the text's start or a line after a blank one)."""
-    lines, pieces, plain, i = text.splitlines(keepends=True), [], [], 0
-    while i < len(lines):
-        paragraph = lines[i:next((j for j in range(i, len(lines)) if not lines[j].strip()), len(lines))]
-        starts = i == 0 or not lines[i - 1].strip()
-        table = text_table([line.rstrip("\n") for line in paragraph]) if starts else None
-        if table is None:
-            plain.append(lines[i])
-            i += 1
-            continue
-        header, rows, used = table
-        pieces += ["".join(plain)] if "".join(plain).strip() else []
-        pieces.append((header, rows, "".join(lines[i:i + used])))
-        plain, i = [], i + used
-    return pieces + (["".join(plain)] if "".join(plain).strip() else [])
 
 
 def site_outputs(outputs: list[dict]) -> list[dict]:
