@@ -570,7 +570,7 @@ def test_readme_screenshots_exist_one_at_phone_size():
 # file: (page, element to scroll to the top, viewport)
 SCREENSHOTS = {
     "site_front_page.png": ("index.html", None, "laptop"),
-    "site_notebook_page.png": ("notebooks/05_multihead_attention.html", "#the-core-multi-head-attention-in-twenty-lines", "laptop"),
+    "site_notebook_page.png": ("notebooks/05_multihead_attention.html", "#the-core-multi-head-attention-in-under-twenty-lines", "laptop"),
     "site_phone_page.png": ("notebooks/05_multihead_attention.html", "#the-equations", "phone"),
 }
 
