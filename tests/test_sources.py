@@ -44,7 +44,8 @@ def test_line_endings_and_a_leading_bom(tmp_path, data):
 
 
 def test_scripts_without_spaces(tmp_path):
-    sentences = ["我喜欢学习语言。", "ฉันชอบเรียนภาษา", "日本語を勉強しています。"]
+    sentences = ["我喜欢学习语言。", "ฉันชอบเรียนภาษา",
+                 "日本語を勉強しています。"]
     assert read_lines(write(tmp_path / "a.zh", text(sentences))) == sentences
 
 
@@ -123,6 +124,23 @@ def test_mixed_old_mac_and_unix_line_endings_are_named(tmp_path):
     assert len(read_lines(write(tmp_path / "b.de", old_mac.encode()))) == 8000
 
 
+def test_every_file_is_closed_also_after_an_error(tmp_path):
+    """Decompressors leave the file under them open: reading must close it, on success and on error."""
+    import gc
+    import warnings
+    good = write(tmp_path / "a.de.gz", gzip.compress(text(GERMAN)))
+    bad = write(tmp_path / "b.de.bz2", bz2.compress(text([GERMAN[0], "", GERMAN[2]])))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        read_lines(good)
+        for action in (lambda: read_lines(bad), lambda: read_parallel_files(bad, good),
+                       lambda: read_table(good, src_column=3)):
+            with pytest.raises(ValueError):
+                action()
+        gc.collect()
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
+
+
 def test_unequal_line_counts_give_both_counts(tmp_path):
     src = write(tmp_path / "a.de", text(GERMAN))
     tgt = write(tmp_path / "a.en", text(ENGLISH[:2]))
@@ -178,7 +196,8 @@ def test_tsv_quotes_are_text_and_extra_columns_are_skipped(tmp_path):
 
 def test_csv_quoted_fields_with_commas_and_newlines(tmp_path):
     """A line break inside a quoted field is the file's own line ending, so a CRLF file's reads as \\n."""
-    data = 'id,en,de\r\n1,"Hello, world.","Hallo, Welt."\r\n2,"Two\nlines","Zwei\r\nZeilen"\r\n3,"A ""quote"".",Ein Zitat.\r\n'
+    data = ('id,en,de\r\n1,"Hello, world.","Hallo, Welt."\r\n2,"Two\nlines","Zwei\r\nZeilen"\r\n'
+            '3,"A ""quote"".",Ein Zitat.\r\n')
     path = write(tmp_path / "pairs.csv", ("\ufeff" + data).encode("utf-8"))
     assert read_table(path, ",", quoted=True, header=True, src_column="en", tgt_column="de") == [
         ("Hello, world.", "Hallo, Welt."), ("Two\nlines", "Zwei\nZeilen"), ('A "quote".', "Ein Zitat.")]
@@ -306,7 +325,8 @@ def test_fingerprint_is_of_the_text_not_of_the_files(corpus, tmp_path):
     assert prints[0] == prints[1] == prints[2]
     assert prints[0]["train"]["count"] == 36 and prints[0]["test"] == fingerprint_pairs([])
     # a known value, so that a change of the recipe shows (the run's records would stop matching)
-    assert fingerprint_pairs([("a", "b")])["sha256"] == "3a100994c4e38751871e6e8eef9adad2b20177fdeaf650daacdcd74f4c9421e3"
+    known = "3a100994c4e38751871e6e8eef9adad2b20177fdeaf650daacdcd74f4c9421e3"   # sha256 of b"a\0b\n"
+    assert fingerprint_pairs([("a", "b")])["sha256"] == known
 
 
 def test_to_dict_is_json_and_from_dict_gives_it_back(corpus):
@@ -331,7 +351,8 @@ def test_builtin_source_reads_the_builtin_splits():
     ({"kind": "multi30k", "train": "a.tsv"}, ValueError, r"multi30k has its own splits"),
     ({"kind": "hub"}, ValueError, r"a hub data source needs name"),
     ({"kind": "builtin", "src_lang": "de"}, ValueError, r"English -> Ordo: it takes no src_lang"),
-    ({"kind": "tsv", "train": "a.tsv", "valid_fraction": 1.0}, ValueError, r"valid_fraction must be a number in \[0, 1\)"),
+    ({"kind": "tsv", "train": "a.tsv", "valid_fraction": 1.0}, ValueError,
+     r"valid_fraction must be a number in \[0, 1\)"),
     ({"kind": "tsv", "train": "a.tsv", "valid_fraction": 0.5, "test_fraction": 0.5}, ValueError, r"must be below 1"),
     ({"kind": "tsv", "train": "a.tsv", "seed": -1}, ValueError, r"seed must be an int >= 0"),
     ({"kind": "tsv", "train": "a.tsv", "src_column": -1}, TypeError, r"src_column must be a column index from 0"),
@@ -374,7 +395,8 @@ def test_the_new_modules_stay_on_the_text_side(module):
     ("files:data/train", {"src_lang": "de", "tgt_lang": "en", "test": "data/test"},
      DataSource("files", train=("data/train.de", "data/train.en"), test=("data/test.de", "data/test.en"),
                 src_lang="de", tgt_lang="en")),
-    ("tsv:pairs.tsv", {"src_column": 1, "tgt_column": 3}, DataSource("tsv", train="pairs.tsv", src_column=1, tgt_column=3)),
+    ("tsv:pairs.tsv", {"src_column": 1, "tgt_column": 3},
+     DataSource("tsv", train="pairs.tsv", src_column=1, tgt_column=3)),
     ("csv:p.csv", {"header": True}, DataSource("csv", train="p.csv", header=True)),
     ("hub:Helsinki-NLP/opus-100:de-en", {"valid": "validation", "src_lang": "de", "tgt_lang": "en"},
      DataSource("hub", name="Helsinki-NLP/opus-100", config="de-en", valid="validation", src_lang="de", tgt_lang="en")),

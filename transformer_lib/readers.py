@@ -93,10 +93,15 @@ _BY_HAND = {"zip": "unzip it first (`unzip -l {path}` lists the files inside) an
 
 
 class _Head(io.RawIOBase):
-    """A byte stream read once (a file or a pipe) whose first bytes were already taken: gives them back first."""
+    """A stream read once (a file, a pipe) whose first bytes were taken: gives them back first; closes `owner` too."""
 
-    def __init__(self, head: bytes, rest):
-        self.head, self.rest = memoryview(head), rest
+    def __init__(self, head: bytes, rest, owner=None):    # owner: the file under a decompressor, which leaves it open
+        self.head, self.rest, self.owner = memoryview(head), rest, owner
+
+    def close(self):
+        for stream in filter(None, (self.rest, self.owner)):
+            stream.close()
+        super().close()
 
     def readable(self) -> bool:
         return True
@@ -109,15 +114,15 @@ class _Head(io.RawIOBase):
         return self.rest.readinto(buffer)
 
 
-def _peek(stream) -> tuple[bytes, io.BufferedReader]:
-    """The first HEAD_BYTES of `stream`, and a stream that still starts at its beginning."""
+def _peek(stream, owner=None) -> tuple[bytes, io.BufferedReader]:
+    """The first HEAD_BYTES of `stream`, and a stream that still starts at its beginning (see `_Head`)."""
     head = b""
     while len(head) < HEAD_BYTES:
         chunk = stream.read(HEAD_BYTES - len(head))
         if not chunk:
             break
         head += chunk
-    return head, io.BufferedReader(_Head(head, stream), HEAD_BYTES)
+    return head, io.BufferedReader(_Head(head, stream, owner), HEAD_BYTES)
 
 # %% ../notebooks/10_data_pipeline.ipynb #58103f1b
 def _open_text_bytes(path: Path):
@@ -138,7 +143,7 @@ def _open_text_bytes(path: Path):
                              "ending if it holds plain text")
         if found is not None:
             try:
-                head, stream = _peek(_decompressor(path, found, stream))
+                head, stream = _peek(_decompressor(path, found, stream), owner=stream)
             except _broken_data_errors() as error:
                 _broken(path, found, error)
         _check_encoding(path, head)
@@ -251,7 +256,7 @@ def _refuse_text(text: str, where: str, in_table: bool) -> None:
                          "tool wrote it")
     else:
         seen = sorted({f"U+{ord(c):04X}" for c in text if not c.isspace()})
-        what = f"only invisible characters ({', '.join(seen)})" if seen else "an empty text" if in_table else "empty line"
+        what = f"only invisible characters ({', '.join(seen)})" if seen else ["empty line", "an empty text"][in_table]
         raise ValueError(f"{where}: {what}; {_EMPTY_FIELD if in_table else _EMPTY_LINE}")
 
 # %% ../notebooks/10_data_pipeline.ipynb #301a02d0
@@ -323,8 +328,8 @@ def read_table(path: str | os.PathLike, delimiter: str = "\t", quoted: bool = Fa
             pairs.append(tuple(_checked_text(row[i], path, first_line, label) for i, label in columns))
             first_line = rows.line_num + 1
     except csv.Error as error:
-        raise ValueError(f"{path}, line {first_line}: not a well-formed row ({error}); "
-                         + ("check the quotes of that row" if quoted else "a carriage return inside a sentence?")) from None
+        hint = "check the quotes of that row" if quoted else "a carriage return inside a sentence?"
+        raise ValueError(f"{path}, line {first_line}: not a well-formed row ({error}); {hint}") from None
     if not pairs:
         raise ValueError(f"{path}: no rows{' after the header' if header else ''}; it must hold one pair a row")
     return pairs

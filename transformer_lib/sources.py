@@ -102,7 +102,8 @@ def _check_location(source: DataSource, split: str, value) -> None:
     elif value is None and split == "train":
         raise ValueError(f"a {source.kind} data source needs train: "
                          + ("(source file, target file)" if source.kind == "files" else "the file"))
-    elif value is not None and not (isinstance(value, tuple) and len(value) == 2 and all(isinstance(v, str) and v for v in value)
+    elif value is not None and not (isinstance(value, tuple) and len(value) == 2
+                                    and all(isinstance(v, str) and v for v in value)
                                     if source.kind == "files" else isinstance(value, str) and value):
         wanted = {"files": "a (source file, target file) pair", "hub": "a split name"}.get(source.kind, "a file")
         raise TypeError(f"{split} of a {source.kind} data source must be {wanted}, got {value!r}")
