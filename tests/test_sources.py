@@ -52,7 +52,8 @@ def test_scripts_without_spaces(tmp_path):
 def test_a_named_pipe_is_read_as_a_stream(tmp_path):
     pipe = tmp_path / "pipe.de"
     os.mkfifo(pipe)
-    writer = threading.Thread(target=lambda: pipe.write_bytes(gzip.compress(text(GERMAN), mtime=0)))
+    # a daemon: should reading fail before it opens the pipe, the blocked writer must not keep pytest alive
+    writer = threading.Thread(target=lambda: pipe.write_bytes(gzip.compress(text(GERMAN), mtime=0)), daemon=True)
     writer.start()
     try:
         assert read_lines(pipe) == GERMAN
