@@ -712,3 +712,25 @@ def test_interrupt_while_history_is_written_keeps_it_with_the_checkpoint(tmp_pat
     history = json.loads((tmp_path / "run" / "history.json").read_text())
     assert history["steps"] == torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)["state"]["step"]
 
+
+
+def test_help_says_each_default_once_and_right():
+    """`train --help` used to print "(default: …) (default: None)" on several options."""
+    import dataclasses
+    import re
+
+    from transformer_lib.cli import build_parser
+    from transformer_lib.settings import TrainSettings
+    subparsers = next(a for a in build_parser()._actions if a.dest == "command").choices
+    for command, parser in subparsers.items():
+        text = " ".join(cli(command, "--help").stdout.split())
+        assert "(default: None)" not in text and "(default: (default" not in text, command
+        for action in parser._actions:
+            assert (action.help or "").count("(default:") <= 1, (command, action.option_strings)
+    fields = {f.metadata["option"]: f for f in dataclasses.fields(TrainSettings)}
+    for action in subparsers["train"]._actions:
+        f = fields.get(action.option_strings[0]) if action.option_strings else None
+        if f is not None:
+            shown = f.metadata["shown"] if f.metadata["shown"] is not None else f.default
+            assert re.search(rf"\(default: {re.escape(str(shown))}\)$", action.help), (action.help, shown)
+            assert action.dest == f.name and (action.default == f.default or f.metadata.get("flag"))

@@ -11,13 +11,14 @@ Figures: `save_figure(fig, name)` writes `name` only when the environment variab
 files and re-running the course leaves `git status` clean.
 
 The course's model: `course_model(run_dir("course_model"))` is the small model of the built-in
-corpus that notebook 11 trains and notebooks 12 and 13 decode with, trained (or resumed) by the
-command line's `train` with COURSE_MODEL_ARGS when the run folder does not hold it finished yet,
-and loaded by `runs.load_run`, which checks that the folder's files belong together.
+corpus that notebook 11 trains and notebooks 12 and 13 decode with, trained (or resumed) by
+`train_run` with `COURSE_MODEL` when the run folder does not hold it finished yet.
 """
 import io
 import os
 from pathlib import Path
+
+from transformer_lib.settings import TrainSettings
 
 FIGURES_ENV = "COURSE_FIGURES_DIR"
 # A saved figure is rewritten only if more than this share of its pixels moved by more than
@@ -47,26 +48,25 @@ def results_dir(name: str) -> Path | None:
     return folder if folder.is_dir() else None
 
 
-# The course's model of the built-in corpus: trained by notebook 11, used by notebooks 12 and 13.
-COURSE_MODEL_ARGS = ["--data", "builtin", "--vocab-size", "1000", "--d-model", "128", "--heads", "4",
-                     "--d-ff", "512", "--layers", "2", "--max-tokens", "2048", "--warmup", "200",
-                     "--lr-factor", "0.7", "--max-steps", "300", "--seed", "0"]
+# The course's model of the built-in corpus, trained by notebook 11 and used by notebooks 12 and 13:
+# the library's defaults (written out, so that they read here) but for smaller batches, a shorter
+# warmup, a lower rate and 300 steps.
+COURSE_MODEL = TrainSettings(data="builtin", vocab_size=1000, d_model=128, heads=4, d_ff=512, layers=2,
+                             max_tokens=2048, warmup=200, lr_factor=0.7, max_steps=300, seed=0, progress=False)
 
 
 def course_model(run: str | os.PathLike, device=None):
     """The course model (in eval mode) and its tokenizer from the run folder `run`, trained there
-    first (the same settings every time) unless it is finished; an interrupted run resumes.
-    Equivalent to `python -m transformer_lib train --run RUN` with COURSE_MODEL_ARGS, then `load_run`."""
-    from transformer_lib import cli, runs     # the command line imports this module: import it when called
+    first with `COURSE_MODEL` unless it is finished (an interrupted run resumes), then loaded
+    by `train_run.load_run`, which checks that the folder's files belong together."""
+    from transformer_lib import runs
+    from transformer_lib.train_run import load_run, train_run
     run = Path(run)
-    args = cli.build_parser().parse_args(["train", "--run", str(run), "--no-progress", *COURSE_MODEL_ARGS])
-    done = (run / runs.CHECKPOINT).is_file() and runs.finished_reason(
-        runs.read_checkpoint(run)["state"], args.max_steps, None)
+    done = runs.RunFolder(run).exists() and (run / runs.CHECKPOINT).is_file() and runs.finished_reason(
+        runs.read_checkpoint(run)["state"], COURSE_MODEL.max_steps, None)
     if not done or not (run / runs.HISTORY).is_file():    # notebook 11 plots history.json
-        summary = cli.train_command(args, announce=False)  # for a finished run: its summary, nothing written
-        if not (run / runs.HISTORY).is_file():
-            runs.write_json(run / runs.HISTORY, summary)
-    return runs.load_run(run, cli.resolve_device(device))
+        train_run(run, COURSE_MODEL, announce=False)  # a finished run: its summary, history.json if missing
+    return load_run(run, device)
 
 
 def _pixels(png: bytes):

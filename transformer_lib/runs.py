@@ -1,59 +1,40 @@
-"""The run folder: the one place that knows its files and what they mean.
+"""The run folder: one object that opens or creates itself, knows its files and refuses any that
+is not its own.
 
-Hand-written, not exported: the command line (`cli.py`), `course_model` and the notebooks that
-load the course model all use it, so no one notebook is its home. A run folder holds
+Hand-written, not exported: the command line, `train_run` and `course_model` use it, so no one
+notebook is its home. A run folder holds
 
-    config.json     what the run is: the model configuration, the data, the training settings that
-                    decide its updates, the precision it began in ("amp"), and fingerprints (SHA-256)
-                    of its tokenizer and training pairs
+    config.json     what the run is (`run_config.py`): the model configuration, the data, the
+                    settings that decide its updates, fingerprints of its tokenizer and data
     tokenizer.json  the BPE tokenizer the model was trained with
-    checkpoint.pt   everything to resume training (`Trainer.checkpoint()`), the trained weights
-    history.json    the summary and logged losses of the last `train` that ran to its end
-    train.lock      only while a `train` runs: the process id of the one that may write the folder
+    checkpoint.pt   everything to resume training (`Trainer.checkpoint()`), with the run's identity:
+                    its model configuration and the fingerprints of its tokenizer and training data
+    history.json    the summary and logged losses of the checkpoint's step, once a `train` ran to its
+                    end (removed before a resumed train replaces that checkpoint: never behind it)
+    train.lock      while a `train` runs: its process id (the lock itself is on the folder)
 
-Every file is written atomically (a temporary file renamed onto it), so a reader sees the old file
-or the new one. A problem the user can fix raises `RunError` with a message that names the file
-or option and says what to do; the command line prints it as one `error:` line.
-
-Runs written before config.json had a "format" (format 1) hold no fingerprints and no training
-settings: they are still read, with the older check (the tokenizer's size and padding id against
-config.json), and `train` records both when it resumes one.
+Every load compares checkpoint.pt, config.json and tokenizer.json and names the file that
+disagrees. Every file is written atomically (a new temporary file, flushed, renamed onto it). One
+`train` at a time: it holds `flock` on the folder itself, which neither a symbolic link named
+train.lock nor a deleted train.lock can defeat. A problem the user can fix raises `RunError`.
 """
-import dataclasses
+import contextlib
 import hashlib
 import json
-import math
 import os
 import tempfile
 from pathlib import Path
 
-FORMAT = 2
-CONFIG, TOKENIZER, CHECKPOINT, HISTORY, LOCK = "config.json", "tokenizer.json", "checkpoint.pt", "history.json", "train.lock"
-CORPORA = ("builtin", "multi30k", "opus_books")
-AMP_DTYPES = ("bf16", "fp16", "float32")     # the precision a run began in (`train --amp` resolved)
-# The option that sets each recorded setting, for messages.
-OPTION_OF_FIELD = {"d_model": "--d-model", "n_heads": "--heads", "d_ff": "--d-ff", "n_encoder_layers": "--layers",
-                   "n_decoder_layers": "--layers", "dropout": "--dropout", "norm_first": "--post-ln",
-                   "max_len": "--max-len", "src_vocab_size": "--vocab-size", "tgt_vocab_size": "--vocab-size",
-                   "vocab_size": "--vocab-size", "data": "--data", "src_lang": "--src-lang", "tgt_lang": "--tgt-lang",
-                   "attention_dropout": "--attention-dropout", "activation_dropout": "--activation-dropout",
-                   "seed": "--seed", "max_tokens": "--max-tokens", "warmup": "--warmup", "lr_factor": "--lr-factor",
-                   "label_smoothing": "--label-smoothing",
-                   "pad_to_multiple": "--pad-to-multiple, or --compile, which pads batches to a multiple of 8 and so makes other batches"}
-# Corpus languages when --src-lang/--tgt-lang are left out (as in load_pairs), so "de" and None compare equal.
-DEFAULT_LANGS = {"builtin": (None, None), "multi30k": ("de", "en"), "opus_books": ("en", "it")}
-SEED_LIMIT = 2 ** 32          # seeds are in [0, SEED_LIMIT)
+from transformer_lib.run_config import (AMP_DTYPES, CONFIG, DEFAULT_LANGS, FORMAT, OPTION_OF_FIELD,  # noqa: F401
+                                        RunError, check_same_data, check_same_run, new_config, one_line, read_config)
+from transformer_lib.run_lock import LOCK, TrainLock, lock_holder
+from transformer_lib.settings import CHANGEABLE_ON_RESUME, CORPORA, SEED_LIMIT  # noqa: F401
+
+TOKENIZER, CHECKPOINT, HISTORY = "tokenizer.json", "checkpoint.pt", "history.json"
+RUN_FILES = (CONFIG, TOKENIZER, CHECKPOINT, HISTORY, LOCK)
 
 
-class RunError(Exception):
-    """A problem with the arguments or the run folder that the user can fix; the CLI prints it as one line."""
-
-
-def one_line(error: BaseException) -> str:
-    return " ".join(str(error).split()) or type(error).__name__
-
-
-# --- the folder ------------------------------------------------------------------------------------
+# --- paths ----------------------------------------------------------------------------------------
 
 def _nearest_existing(path: Path) -> Path:
     for folder in (path, *path.parents):
@@ -62,10 +43,25 @@ def _nearest_existing(path: Path) -> Path:
     return Path.cwd()
 
 
+def check_path_text(path: Path, option: str) -> None:
+    """RunError for a path holding bytes that are not UTF-8 (they reach Python as lone surrogates)."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        raise RunError(f"{option} {os.fsencode(path)!r}: the path holds bytes that are not UTF-8; rename it, or "
+                       "give a path without them") from None
+
+
 def check_writable(path: Path, option: str, folder: bool) -> None:
     """RunError unless this process can create or replace `path` (a folder if `folder`, else a
-    file): nothing in the way is a file (or, for a file, a folder), and the nearest existing folder
-    accepts a new file, tried by writing and removing one there (os.access misjudges root and ACLs)."""
+    file): nothing in the way is a file (or, for a file, a folder), no link points nowhere, and the
+    nearest existing folder accepts a new file, tried by writing and removing one there."""
+    check_path_text(path, option)
+    if path.is_symlink() and not path.exists():
+        raise RunError(f"{option} {path} is a symbolic link to {os.readlink(path)}, which does not exist; create "
+                       "that folder, or give another path" if folder else
+                       f"{option} {path} is a symbolic link to {os.readlink(path)}, which does not exist; give "
+                       "another path")
     if path.exists() and path.is_dir() != folder:
         kind = "a file, not a folder" if folder else "a folder, not a file"
         raise RunError(f"{option} {path} is {kind}; give a {'folder' if folder else 'file'} path")
@@ -82,11 +78,39 @@ def check_writable(path: Path, option: str, folder: bool) -> None:
                        "choose a folder you can write, or change its permissions") from None
 
 
+def check_output_file(path: Path, option: str) -> None:
+    """RunError, before any work, unless `path` can be written as an output file: not a link (which
+    would be replaced), not read-only or immutable (tried by opening it for appending), not a run file."""
+    check_writable(path, option, folder=False)
+    if path.is_symlink():
+        raise RunError(f"{option} {path} is a symbolic link (to {os.readlink(path)}), which would be replaced by a "
+                       "file; give the path of the file itself")
+    if path.exists():
+        try:
+            with open(path, "ab"):
+                pass
+        except OSError as error:
+            raise RunError(f"{option} {path} cannot be replaced ({error.strerror or one_line(error)}); make it "
+                           "writable or give another file") from None
+    check_not_a_run_file(path, option)
+
+
+def check_not_a_run_file(path: Path, option: str) -> None:
+    """RunError when `path` (an output file) is one of the files of the run folder it lies in."""
+    if path.name in RUN_FILES and (path.parent / CONFIG).is_file():
+        raise RunError(f"{option} {path} would overwrite the {path.name} of the run in {path.parent}; "
+                       "write the output to another file")
+
+
 def check_readable_run(run: Path) -> None:
-    """RunError unless `run` is a folder holding a run's config.json and checkpoint.pt."""
+    """RunError unless `run` is a folder holding a run's config.json and checkpoint.pt as files."""
+    check_path_text(run, "--run")
     if run.exists() and not run.is_dir():
         raise RunError(f"--run {run} is a file, not a run folder; give the folder that `train` wrote")
     for name in (CHECKPOINT, CONFIG):
+        if (run / name).exists() and not (run / name).is_file():
+            raise RunError(f"{run / name} is a folder, not the run's file; remove it and restore the file, or "
+                           "train into a new --run folder")
         if not (run / name).is_file():
             holder = lock_holder(run)
             raise RunError(f"{run / name} is missing: " + (
@@ -94,19 +118,13 @@ def check_readable_run(run: Path) -> None:
                 if holder else f"train first: python -m transformer_lib train --run {run} ..."))
 
 
-def check_not_a_run_file(path: Path, option: str) -> None:
-    """RunError when `path` (an output file) is one of the files of the run folder it lies in."""
-    if path.name in (CONFIG, TOKENIZER, CHECKPOINT, HISTORY, LOCK) and (path.parent / CONFIG).is_file():
-        raise RunError(f"{option} {path} would overwrite the {path.name} of the run in {path.parent}; "
-                       "write the output to another file")
-
-
 def check_new_run_folder(run: Path) -> None:
     """A folder without config.json gets a new run only if it holds nothing but hidden files and the
-    leftovers of a `train` stopped before it began (tokenizer.json, *.tmp): a run is never written
-    over other files, nor over a checkpoint whose config.json is lost."""
+    leftovers of a `train` killed before it began (*.tmp, the lock): a run is never written over
+    other files, a tokenizer.json (another run's, or its own whose config.json is lost), or a
+    checkpoint whose config.json is lost."""
     if run.is_dir():
-        others = sorted(p.name for p in run.iterdir() if not (p.name.startswith(".") or p.name in (LOCK, TOKENIZER)
+        others = sorted(p.name for p in run.iterdir() if not (p.name.startswith(".") or p.name == LOCK
                                                               or p.name.endswith(".tmp")))
         if others:
             raise RunError(f"--run {run} is not a run folder (no {CONFIG}) and is not empty (it holds "
@@ -114,11 +132,16 @@ def check_new_run_folder(run: Path) -> None:
                            "empty folder, or delete what is left of a damaged run")
 
 
+# --- writing ----------------------------------------------------------------------------------------
+
 def write_atomic(path: Path, write) -> None:
     """`write(temporary path)`, flushed to disk, then renamed onto `path`: readers see the old file
-    or the new one, never half of one (and no temporary file is left on error)."""
+    or the new one, never half of one. The temporary file is created new (O_EXCL, after removing a
+    leftover of a killed process), so no link is followed; it is removed on error."""
     tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)
     try:
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
         write(tmp)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
@@ -129,13 +152,22 @@ def write_atomic(path: Path, write) -> None:
 
 
 def write_json(path: Path, value) -> None:
-    write_atomic(path, lambda p: p.write_text(json.dumps(value, indent=1, ensure_ascii=False), encoding="utf-8"))
+    """JSON, atomically; ValueError for NaN or infinity, which JSON cannot hold."""
+    text = json.dumps(value, indent=1, ensure_ascii=False, allow_nan=False)
+    write_atomic(path, lambda p: p.write_text(text, encoding="utf-8"))
 
 
 # --- fingerprints ----------------------------------------------------------------------------------
 
 def fingerprint_bytes(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def fingerprint_tokenizer(text: str) -> str:
+    """SHA-256 of what a tokenizer.json encodes (its JSON with sorted keys, no spacing), so that a
+    re-indented file keeps its fingerprint and a changed merge or token does not."""
+    return fingerprint_bytes(json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"),
+                                        ensure_ascii=False).encode("utf-8"))
 
 
 def fingerprint_pairs(pairs: list[tuple[str, str]]) -> dict:
@@ -146,162 +178,11 @@ def fingerprint_pairs(pairs: list[tuple[str, str]]) -> dict:
     return {"sha256": digest.hexdigest(), "count": len(pairs)}
 
 
-def save_tokenizer(run: Path, tokenizer) -> str:
-    """Write the tokenizer (atomically) and return the fingerprint of the bytes written."""
-    written = {}
-
-    def write(tmp: Path) -> None:
-        tokenizer.save(tmp)
-        written["fingerprint"] = fingerprint_bytes(tmp.read_bytes())
-    write_atomic(run / TOKENIZER, write)
-    return written["fingerprint"]
-
-
-# --- config.json -----------------------------------------------------------------------------------
-
-def _int(low: int, high: int | None = None):
-    return (lambda v: not isinstance(v, bool) and isinstance(v, int) and v >= low and (high is None or v < high),
-            f"an integer >= {low}" + (f" and < {high}" if high else ""))
-
-
-def _number(low: float, high: float | None = None, open_low: bool = False):
-    def ok(v):
-        return (not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
-                and (v > low if open_low else v >= low) and (high is None or v < high))
-    return ok, f"a number {'>' if open_low else '>='} {low}" + (f" and < {high}" if high is not None else "")
-
-
-_OPTIONAL_TEXT = (lambda v: v is None or (isinstance(v, str) and v.strip() != ""), "null or a non-empty string")
-_TOP_LEVEL = {"data": (lambda v: v in CORPORA, f"one of {', '.join(CORPORA)}"),
-              "src_lang": _OPTIONAL_TEXT, "tgt_lang": _OPTIONAL_TEXT, "data_dir": _OPTIONAL_TEXT,
-              "vocab_size": (lambda v: v is None or _int(1)[0](v), "null or an integer >= 1"),
-              "processes": _int(1), "accumulate": _int(1), "pad_to_multiple": _int(1),
-              "amp": (lambda v: v in AMP_DTYPES, f"one of {', '.join(AMP_DTYPES)}")}
-_TRAINING = {"seed": _int(0, SEED_LIMIT), "max_tokens": _int(1), "warmup": _int(1),
-             "lr_factor": _number(0, open_low=True), "label_smoothing": _number(0, 1)}
-
-
-def _model_field_check(field: dataclasses.Field):
-    """(check, description) for one TransformerConfig field, from its annotation and meaning."""
-    if field.type is bool:
-        return (lambda v: isinstance(v, bool)), "true or false"
-    if field.name.endswith("dropout"):
-        check, what = _number(0, 1)
-        return ((check, what) if field.type is float else (lambda v: v is None or check(v), f"null or {what}"))
-    if field.type is float:
-        return _number(0, open_low=True)
-    return _int(0) if field.name == "pad_id" else _int(2) if field.name == "max_len" else _int(1)
-
-
-def _config_problem(meta) -> str | None:
-    """What is wrong with the contents of a config.json, or None."""
-    from transformer_lib.model import TransformerConfig
-    if not isinstance(meta, dict):
-        return f"it holds a JSON {type(meta).__name__}, not an object"
-    if meta.get("format", 1) not in (1, FORMAT):
-        return f"\"format\" is {meta['format']!r}: written by another version of transformer_lib, which reads it"
-    required = ["model", "data"] + (["training", "fingerprints"] if "format" in meta else [])
-    missing = [key for key in required if key not in meta]
-    if missing:
-        return f"it has no {', '.join(map(repr, missing))}"
-    for key, (check, what) in _TOP_LEVEL.items():
-        if key in meta and not check(meta[key]):
-            return f"\"{key}\" is {meta[key]!r}, expected {what}"
-    model = meta["model"]
-    fields = {f.name: f for f in dataclasses.fields(TransformerConfig)}
-    if not isinstance(model, dict):
-        return f"\"model\" is {model!r}, expected an object of model settings"
-    unknown, absent = sorted(set(model) - set(fields)), [n for n, f in fields.items()
-                                                         if f.default is dataclasses.MISSING and n not in model]
-    if unknown or absent:
-        return f"\"model\" has {'unknown settings ' + str(unknown) if unknown else 'no ' + str(absent)}"
-    for name, value in model.items():
-        check, what = _model_field_check(fields[name])
-        if not check(value):
-            return f"\"model\".\"{name}\" is {value!r}, expected {what}"
-    if "format" in meta:
-        for key, table in (("training", _TRAINING),):
-            if not isinstance(meta[key], dict) or set(meta[key]) != set(table):
-                return f"\"{key}\" is {meta[key]!r}, expected an object with {', '.join(table)}"
-            for name, (check, what) in table.items():
-                if not check(meta[key][name]):
-                    return f"\"{key}\".\"{name}\" is {meta[key][name]!r}, expected {what}"
-        prints = meta["fingerprints"]
-        if not (isinstance(prints, dict) and isinstance(prints.get("tokenizer"), str)
-                and isinstance(prints.get("train_pairs"), dict)):
-            return f"\"fingerprints\" is {prints!r}, expected an object with \"tokenizer\" and \"train_pairs\""
-    return None
-
-
-def read_config(run: Path):
-    """(config.json as a dict, its TransformerConfig); RunError naming the file and the setting when
-    it is missing, not JSON, or holds a value of the wrong type or range (e.g. edited by hand)."""
-    from transformer_lib.model import TransformerConfig
-    path = run / CONFIG
-    if not path.is_file():
-        raise RunError(f"{path} is missing; train first: python -m transformer_lib train --run {run} ...")
-    try:
-        meta = json.loads(path.read_bytes().decode("utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
-        raise RunError(f"{path} is not valid JSON ({one_line(error)[:120]}); restore it from the run that wrote it, "
-                       "or train into a new --run folder") from None
-    problem = _config_problem(meta)
-    if problem:
-        raise RunError(f"{path}: {problem}; the file was edited or damaged: undo the edit or restore it from the "
-                       "run that wrote it, or train into a new --run folder")
-    return meta, TransformerConfig(**meta["model"])
-
-
-def new_config(config, data: str, src_lang, tgt_lang, data_dir, vocab_size: int, processes: int, accumulate: int,
-               training: dict, tokenizer_fingerprint: str, train_pairs: dict, pad_to_multiple: int = 1) -> dict:
-    """The config.json of a run: what decides its model, tokenizer, data, batches and updates."""
-    default_src, default_tgt = DEFAULT_LANGS[data]
-    return {"format": FORMAT, "model": dataclasses.asdict(config), "data": data, "src_lang": src_lang or default_src,
-            "tgt_lang": tgt_lang or default_tgt, "data_dir": None if data_dir is None else str(data_dir),
-            "vocab_size": vocab_size, "processes": processes, "accumulate": accumulate, "training": dict(training),
-            "pad_to_multiple": pad_to_multiple, "fingerprints": {"tokenizer": tokenizer_fingerprint,
-                                                                 "train_pairs": train_pairs}}
-
-
-def check_same_run(run: Path, old: dict, new: dict) -> None:
-    """RunError naming every setting in which `new` differs from the existing run's config.json `old`
-    (settings a format-1 run did not record are not compared)."""
-    def settings(meta: dict) -> dict:
-        src_lang, tgt_lang = DEFAULT_LANGS.get(meta.get("data"), (None, None))
-        return {**meta.get("model", {}), "data": meta.get("data"), "src_lang": meta.get("src_lang") or src_lang,
-                "tgt_lang": meta.get("tgt_lang") or tgt_lang, "vocab_size": meta.get("vocab_size"),
-                "pad_to_multiple": meta.get("pad_to_multiple", 1), **meta.get("training", {})}
-    was, now = settings(old), settings(new)
-    for key in now:
-        if key not in was or was[key] is None and key == "vocab_size":
-            was[key] = now[key]      # not recorded by the version that wrote the run
-    differ = [f"{key} {was.get(key)} -> {now.get(key)} ({OPTION_OF_FIELD.get(key, 'not an option')})"
-              for key in sorted(was.keys() | now.keys()) if was.get(key) != now.get(key)]
-    if differ:
-        raise RunError(f"{run} was trained with another configuration, so it is left as it was: {'; '.join(differ)}. "
-                       f"Resume it with its own settings (see {run / CONFIG}) or train into a new --run folder")
-    was, now = (old.get("processes", 1), old.get("accumulate", 1)), (new["processes"], new["accumulate"])
-    if was != now:
-        raise RunError(f"{run} was trained with {was[0]} process(es) × --accumulate {was[1]}, this launch has "
-                       f"{now[0]} × --accumulate {now[1]}, so it is left as it was; resume it with "
-                       f"torchrun --nproc_per_node={was[0]} (or without torchrun for 1) and --accumulate {was[1]}, "
-                       "or train into a new --run folder")
-
-
-def check_same_data(run: Path, meta: dict, pairs_print: dict, where: str) -> None:
-    """RunError when the training pairs differ from those the run recorded (format 2 only)."""
-    recorded = meta.get("fingerprints", {}).get("train_pairs")
-    if recorded is not None and recorded != pairs_print:
-        raise RunError(f"the training pairs of {where} ({pairs_print['count']} pairs) are not those {run} was trained "
-                       f"on ({recorded.get('count')} pairs; fingerprints in {run / CONFIG} differ), so it is left as "
-                       "it was; resume it with its own data, or train into a new --run folder")
-
-
-# --- tokenizer, checkpoint, model ------------------------------------------------------------------
+# --- reading and checking --------------------------------------------------------------------------
 
 def load_tokenizer(run: Path, meta: dict, config):
-    """The run's tokenizer, checked against config.json: its fingerprint (format 2), else its size
-    and padding id (format 1)."""
+    """The run's tokenizer, checked against config.json: its fingerprint (format 2 on), else its
+    size and padding id (format 1)."""
     from tokenizers import Tokenizer
 
     from transformer_lib.tokenization import SubwordTokenizer
@@ -311,11 +192,12 @@ def load_tokenizer(run: Path, meta: dict, config):
     data = path.read_bytes()
     recorded = meta.get("fingerprints", {}).get("tokenizer")
     try:
-        tokenizer = SubwordTokenizer(Tokenizer.from_str(data.decode("utf-8")))
+        text = data.decode("utf-8")
+        tokenizer, fingerprint = SubwordTokenizer(Tokenizer.from_str(text)), fingerprint_tokenizer(text)
     except Exception as error:   # the tokenizers library raises a bare Exception for a damaged file
         raise RunError(f"{path} is not a readable tokenizer ({one_line(error)[:160]}); restore it from the run "
                        "that wrote it, or train into a new --run folder") from None
-    if recorded is not None and fingerprint_bytes(data) != recorded:
+    if recorded is not None and recorded not in (fingerprint, fingerprint_bytes(data)):   # bytes: format 2
         raise RunError(f"{path} is not the tokenizer this run was trained with (its fingerprint differs from the one "
                        f"in {run / CONFIG}): it comes from another run; put back this run's {TOKENIZER}, or train "
                        "into a new --run folder")
@@ -325,25 +207,62 @@ def load_tokenizer(run: Path, meta: dict, config):
                        f"(src_vocab_size={config.src_vocab_size}, tgt_vocab_size={config.tgt_vocab_size}, "
                        f"pad_id={config.pad_id}) disagree on the vocabulary: they come from different runs; "
                        "keep the files of one run together")
+    tokenizer.fingerprint = fingerprint
     return tokenizer
 
 
 def read_checkpoint(run: Path, device="cpu") -> dict:
     """checkpoint.pt as a dict with "model" weights and a "state" with its step; RunError naming the
-    file when it is empty, truncated or not a checkpoint at all."""
-    import torch
+    file when it is empty, truncated, holds code, or is not a checkpoint at all."""
+    from transformer_lib.training import load_checkpoint
     path = run / CHECKPOINT
     try:
-        checkpoint = torch.load(path, map_location=device, weights_only=True)
-    except (FileNotFoundError, PermissionError, IsADirectoryError):
-        raise
-    except Exception:    # EOFError, RuntimeError, UnpicklingError, ... from torch.load on a damaged file
+        checkpoint = load_checkpoint(path, map_location=device)
+    except ValueError as error:
+        if "other than tensors" in str(error):          # it holds code: say so, not "damaged"
+            raise RunError(one_line(error)) from None
         checkpoint = None
     state = checkpoint.get("state") if isinstance(checkpoint, dict) else None
     if not (isinstance(state, dict) and isinstance(state.get("step"), int) and isinstance(checkpoint.get("model"), dict)):
         raise RunError(f"{path} is empty, truncated or not a checkpoint of this library; restore it from a backup, "
                        "or delete it to train from scratch")
     return checkpoint
+
+
+def identity(meta: dict) -> dict:
+    """What a checkpoint carries of its run: the run's id, model configuration, fingerprints and the
+    training settings that may not change on resume."""
+    training = {k: v for k, v in meta.get("training", {}).items() if k not in CHANGEABLE_ON_RESUME}
+    return {"run_id": meta.get("run_id"), "model": meta["model"], "fingerprints": meta.get("fingerprints"),
+            "training": training}
+
+
+def check_identity(run: Path, meta: dict, checkpoint: dict) -> None:
+    """RunError naming the file that disagrees when checkpoint.pt's identity is not config.json's: a
+    checkpoint of another run (another run id), or a config.json edited in a way that keeps the
+    weights' shapes (its model, fingerprints or fixed training settings differ from the checkpoint's)."""
+    carried = (checkpoint.get("extra") or {}).get("run")
+    path, config_path = run / CHECKPOINT, run / CONFIG
+    if carried is None:
+        if meta.get("format", 1) >= FORMAT:
+            raise RunError(f"{path} carries no run identity, so this run's train did not write it: it comes from "
+                           "another run or an older version; put back this run's checkpoint, or delete it to train "
+                           "from scratch")
+        return                                      # written before checkpoints carried one
+    own = identity(meta)
+    if not isinstance(carried, dict) or not all(isinstance(carried.get(k), dict) for k in ("model", "training")):
+        raise RunError(f"{path} carries a damaged run identity; restore it from a backup, or delete it")
+    if carried.get("run_id") != own["run_id"]:
+        raise RunError(f"{path} comes from another run (its run id is {carried.get('run_id')}, {config_path} says "
+                       f"{own['run_id']}); put back this run's checkpoint, or delete it to train from scratch")
+    differ = [f"{part}.{key} {carried[part].get(key)!r} in the checkpoint, {own[part].get(key)!r} in config.json"
+              for part in ("model", "training") for key in sorted(own[part].keys() | carried[part].keys())
+              if own[part].get(key) != carried[part].get(key)]
+    if own["fingerprints"] != carried.get("fingerprints"):
+        differ.append("the fingerprints of the tokenizer or the training data")
+    if differ:
+        raise RunError(f"{config_path} was edited: the weights in {path} do not fit it, they were trained with other "
+                       f"settings ({'; '.join(differ[:3])}); undo the edit (or restore config.json) to use this run")
 
 
 def apply_checkpoint(path: Path, checkpoint: dict, apply) -> None:
@@ -359,26 +278,17 @@ def apply_checkpoint(path: Path, checkpoint: dict, apply) -> None:
 
 def build_model(run: Path, config, device):
     """The model config.json describes, on `device`; RunError naming config.json when it cannot be built."""
+    import torch
+
     from transformer_lib.model import build_transformer
     try:
+        if str(device) == "meta":               # only checked: no memory is allocated
+            with torch.device("meta"):
+                return build_transformer(config)
         return build_transformer(config).to(device)
     except (ValueError, TypeError) as error:
         raise RunError(f"{run / CONFIG}: {one_line(error)}; the file was edited or damaged: undo the edit or "
                        "restore it from the run that wrote it") from None
-
-
-def load_run(run: Path, device):
-    """The trained model (in eval mode) and tokenizer of a run folder, after checking that its files
-    exist, are intact and belong together."""
-    from transformer_lib.training import load_weights
-    run = Path(run)
-    check_readable_run(run)
-    meta, config = read_config(run)
-    tokenizer = load_tokenizer(run, meta, config)
-    model = build_model(run, config, device)
-    checkpoint = read_checkpoint(run, device)
-    apply_checkpoint(run / CHECKPOINT, checkpoint, lambda c: load_weights(model, c["model"]))
-    return model.eval(), tokenizer
 
 
 # --- progress --------------------------------------------------------------------------------------
@@ -401,94 +311,88 @@ def summary(state: dict, parameters: int, processes: int, accumulate: int) -> di
             "processes": processes, "accumulate": accumulate, "history": state.get("history", [])}
 
 
-# --- one writer at a time --------------------------------------------------------------------------
+class RunFolder:
+    """A run folder on disk. `RunFolder(path)` reads nothing; `read()` reads and cross-checks its
+    files (config.json, tokenizer.json, and checkpoint.pt if present); `load_model(device)` gives
+    the trained model; `lock()` makes this process its one writer; `start`, `save_checkpoint` and
+    `finish` write it, in an order that never leaves history.json behind the checkpoint."""
 
-def _try_lock(fd: int) -> bool:
-    """Take an exclusive lock on the open file `fd` without waiting; the system releases it when the
-    process ends, however it ends, so a lock left by a killed process is free again."""
-    try:
-        if os.name == "nt":
-            import msvcrt
-            os.lseek(fd, 1 << 20, os.SEEK_SET)       # a byte past the pid, which others must still read
-            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
-        else:
-            import fcntl
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except OSError:
-        return False
+    def __init__(self, path):
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"a run folder is a path (str or pathlib.Path), got {type(path).__name__}")
+        self.path = Path(path)
+        self.meta = self.config = self.tokenizer = self.checkpoint = None
 
+    def __repr__(self) -> str:
+        return f"RunFolder({str(self.path)!r})"
 
-def lock_holder(run: Path) -> str | None:
-    """The pid in the lock file of `run` if a live `train` holds that lock, else None."""
-    try:
-        fd = os.open(Path(run) / LOCK, os.O_RDWR if os.name == "nt" else os.O_RDONLY)   # flock needs no write
-    except OSError:
-        return None
-    try:
-        if _try_lock(fd):
-            return None          # free (left by a process that ended); closing the file releases it
-        os.lseek(fd, 0, os.SEEK_SET)
-        return os.read(fd, 64).decode("ascii", "replace").strip() or "unknown"
-    finally:
-        os.close(fd)
+    def exists(self) -> bool:
+        """Whether a run was begun here (config.json is written last when a run starts)."""
+        return (self.path / CONFIG).is_file()
 
-
-class TrainLock:
-    """An exclusive lock on a run folder for one `train`: a second one is refused with the holder's
-    pid. Creates the folder if needed; on exit removes the lock file, and the folders it created if
-    they are still empty (a refused train leaves nothing behind)."""
-
-    def __init__(self, run: Path):
-        self.run, self.path, self.fd, self.created = Path(run), Path(run) / LOCK, None, []
-
-    def __enter__(self) -> "TrainLock":
-        for folder in reversed([self.run, *self.run.parents]):
-            if not folder.exists():
-                folder.mkdir()
-                self.created.append(folder)
-        try:
-            while True:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-                if not _try_lock(fd):
-                    os.lseek(fd, 0, os.SEEK_SET)
-                    holder = os.read(fd, 64).decode("ascii", "replace").strip() or "unknown"
-                    os.close(fd)
-                    raise RunError(f"another train (pid {holder}) is writing {self.run}, so it is left to that one; "
-                                   "wait for it to end (or stop it), or train into another --run folder")
-                try:        # the previous holder may have removed the file between our open and lock
-                    same = os.path.samestat(os.fstat(fd), os.stat(self.path))
-                except FileNotFoundError:
-                    same = False
-                if same:
-                    break
-                os.close(fd)
-            os.ftruncate(fd, 0)
-            os.lseek(fd, 0, os.SEEK_SET)
-            os.write(fd, str(os.getpid()).encode("ascii"))
-            self.fd = fd
-        except BaseException:
-            self._remove_created()
-            raise
+    def read(self, device="cpu", need_checkpoint: bool = True) -> "RunFolder":
+        """Read and check config.json, tokenizer.json and (if present, or if `need_checkpoint`)
+        checkpoint.pt, and that they belong together; RunError naming the file that does not."""
+        if need_checkpoint:
+            check_readable_run(self.path)
+        self.meta, self.config = read_config(self.path)
+        build_model(self.path, self.config, "meta")        # a config.json that builds no model is named first
+        self.tokenizer = load_tokenizer(self.path, self.meta, self.config)
+        if (self.path / CHECKPOINT).exists():
+            if not (self.path / CHECKPOINT).is_file():
+                check_readable_run(self.path)
+            self.checkpoint = read_checkpoint(self.path, device)
+            check_identity(self.path, self.meta, self.checkpoint)
         return self
 
-    def __exit__(self, *exc) -> None:
-        if self.fd is not None:
-            if os.name != "nt":
-                self.path.unlink(missing_ok=True)     # before unlocking: a waiter then sees a new file
-            os.close(self.fd)
-            if os.name == "nt":
-                try:
-                    self.path.unlink(missing_ok=True)
-                except OSError:
-                    pass
-            self.fd = None
-        self._remove_created()
+    def load_model(self, device):
+        """The trained model, in eval mode, on `device` (after `read`)."""
+        from transformer_lib.training import load_weights
+        model = build_model(self.path, self.config, device)
+        apply_checkpoint(self.path / CHECKPOINT, self.checkpoint, lambda c: load_weights(model, c["model"]))
+        return model.eval()
 
-    def _remove_created(self) -> None:
-        for folder in reversed(self.created):
-            try:
-                folder.rmdir()      # only if empty: a run that wrote files keeps them
-            except OSError:
-                break
-        self.created = []
+    @contextlib.contextmanager
+    def lock(self):
+        """This process is the folder's one writer while the context lasts; what a killed writer
+        left half-written (*.tmp) is removed, since nobody else writes here now."""
+        with TrainLock(self.path) as lock:
+            for name in RUN_FILES:
+                (self.path / (name + ".tmp")).unlink(missing_ok=True)
+            yield lock
+
+    def start(self, meta: dict, tokenizer=None) -> None:
+        """Begin (with `tokenizer`) or update the run: tokenizer.json first, then config.json, whose
+        presence says that a run lives here."""
+        if tokenizer is not None:
+            write_atomic(self.path / TOKENIZER, lambda p: tokenizer.save(p))
+        try:
+            write_json(self.path / CONFIG, meta)
+        except BaseException:
+            if tokenizer is not None:       # a new run that did not begin leaves no tokenizer behind
+                (self.path / TOKENIZER).unlink(missing_ok=True)
+            raise
+        self.meta = meta
+
+    def save_checkpoint(self, payload: dict, history: dict | None = None) -> None:
+        """Replace checkpoint.pt with `payload` (with `history`, the summary of a finished train, write
+        history.json after it; without, first remove a history.json of an earlier step). RunError
+        naming the file when the disk refuses it (full, read-only), and what was lost."""
+        from transformer_lib.training import save_checkpoint
+        path = self.path / CHECKPOINT
+        try:
+            if history is None:
+                (self.path / HISTORY).unlink(missing_ok=True)
+            save_checkpoint(path, payload)
+            if self.meta is not None and self.meta.get("format", 1) < FORMAT:     # an older run, now with identity
+                self.start({**self.meta, "format": FORMAT})
+            if history is not None:
+                write_json(self.path / HISTORY, history)
+        except (OSError, RuntimeError) as error:
+            if isinstance(error, RuntimeError) and "inline_container" not in str(error) \
+                    and "write" not in str(error).lower():
+                raise
+            step = payload["state"]["step"]
+            raise RunError(f"cannot write {path} at step {step} ({one_line(error)[:160]}): is the disk full or the "
+                           f"folder read-only? The steps since the last checkpoint are lost; free space or make "
+                           f"{self.path} writable, then resume with the same command") from None

@@ -1,0 +1,195 @@
+"""A run's config.json: what it records, how a hand-edited or damaged one is named, and the resume
+rules (which settings must stay as the run began, which may change and are reported).
+
+Hand-written, not exported: a part of `runs.py` (the run folder), kept apart to keep each file
+short. config.json records the model configuration, the data (corpus, languages, folder), the
+training settings that decide the updates (`TrainSettings.recorded()`), the number of processes,
+gradient accumulation and batch padding, the precision the run began in ("amp"), fingerprints
+(SHA-256) of its tokenizer and training pairs, the settings changed on resume ("changes"), and a random id that its checkpoints carry too ("run_id").
+Runs written before the "format" key (format 1) hold no fingerprints and no training settings;
+format 2 recorded no cooldown (0 then) and its checkpoints carry no identity.
+"""
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+from transformer_lib.settings import CHANGEABLE_ON_RESUME, CORPORA, SEED_LIMIT
+
+FORMAT = 3
+CONFIG = "config.json"
+AMP_DTYPES = ("bf16", "fp16", "float32")     # the precision a run began in (`train --amp` resolved)
+# The option that sets each recorded setting, for messages.
+OPTION_OF_FIELD = {"d_model": "--d-model", "n_heads": "--heads", "d_ff": "--d-ff", "n_encoder_layers": "--layers",
+                   "n_decoder_layers": "--layers", "dropout": "--dropout", "norm_first": "--post-ln",
+                   "max_len": "--max-len", "src_vocab_size": "--vocab-size", "tgt_vocab_size": "--vocab-size",
+                   "vocab_size": "--vocab-size", "data": "--data", "src_lang": "--src-lang", "tgt_lang": "--tgt-lang",
+                   "attention_dropout": "--attention-dropout", "activation_dropout": "--activation-dropout",
+                   "seed": "--seed", "max_tokens": "--max-tokens", "warmup": "--warmup", "lr_factor": "--lr-factor",
+                   "label_smoothing": "--label-smoothing", "cooldown": "--cooldown",
+                   "pad_to_multiple": "--pad-to-multiple, or --compile, which pads batches to a multiple of 8 and so makes other batches"}
+# Corpus languages when --src-lang/--tgt-lang are left out (as in load_pairs), so "de" and None compare equal.
+DEFAULT_LANGS = {"builtin": (None, None), "multi30k": ("de", "en"), "opus_books": ("en", "it")}
+
+
+class RunError(Exception):
+    """A problem with the arguments or the run folder that the user can fix; the CLI prints it as one line."""
+
+
+def one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def _int(low: int, high: int | None = None):
+    return (lambda v: not isinstance(v, bool) and isinstance(v, int) and v >= low and (high is None or v < high),
+            f"an integer >= {low}" + (f" and < {high}" if high else ""))
+
+
+def _number(low: float, high: float | None = None, open_low: bool = False):
+    def ok(v):
+        return (not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+                and (v > low if open_low else v >= low) and (high is None or v < high))
+    return ok, f"a number {'>' if open_low else '>='} {low}" + (f" and < {high}" if high is not None else "")
+
+
+_OPTIONAL_TEXT = (lambda v: v is None or (isinstance(v, str) and v.strip() != ""), "null or a non-empty string")
+_TOP_LEVEL = {"data": (lambda v: v in CORPORA, f"one of {', '.join(CORPORA)}"),
+              "src_lang": _OPTIONAL_TEXT, "tgt_lang": _OPTIONAL_TEXT, "data_dir": _OPTIONAL_TEXT,
+              "vocab_size": (lambda v: v is None or _int(1)[0](v), "null or an integer >= 1"),
+              "processes": _int(1), "accumulate": _int(1), "pad_to_multiple": _int(1),
+              "amp": (lambda v: v in AMP_DTYPES, f"one of {', '.join(AMP_DTYPES)}"),
+              "changes": (lambda v: isinstance(v, list), "a list of the settings changed on resume"),
+              "run_id": (lambda v: isinstance(v, str) and v.strip() != "", "a non-empty string")}
+_TRAINING = {"seed": _int(0, SEED_LIMIT), "max_tokens": _int(1), "warmup": _int(1),
+             "lr_factor": _number(0, open_low=True), "label_smoothing": _number(0, 1)}
+_OPTIONAL_TRAINING = {"cooldown": _number(0, 1)}     # not recorded before format 3: 0 then
+
+
+def _model_field_check(field: dataclasses.Field):
+    """(check, description) for one TransformerConfig field, from its annotation and meaning."""
+    if field.type is bool:
+        return (lambda v: isinstance(v, bool)), "true or false"
+    if field.name.endswith("dropout"):
+        check, what = _number(0, 1)
+        return ((check, what) if field.type is float else (lambda v: v is None or check(v), f"null or {what}"))
+    if field.type is float:
+        return _number(0, open_low=True)
+    return _int(0) if field.name == "pad_id" else _int(2) if field.name == "max_len" else _int(1)
+
+
+def model_problem(model) -> str | None:
+    """What is wrong with a recorded model configuration (a dict of TransformerConfig fields), or None."""
+    from transformer_lib.model import TransformerConfig
+    fields = {f.name: f for f in dataclasses.fields(TransformerConfig)}
+    if not isinstance(model, dict):
+        return f"\"model\" is {model!r}, expected an object of model settings"
+    unknown, absent = sorted(set(model) - set(fields)), [n for n, f in fields.items()
+                                                         if f.default is dataclasses.MISSING and n not in model]
+    if unknown or absent:
+        return f"\"model\" has {'unknown settings ' + str(unknown) if unknown else 'no ' + str(absent)}"
+    for name, value in model.items():
+        check, what = _model_field_check(fields[name])
+        if not check(value):
+            return f"\"model\".\"{name}\" is {value!r}, expected {what}"
+    return None
+
+
+def _config_problem(meta) -> str | None:
+    """What is wrong with the contents of a config.json, or None."""
+    if not isinstance(meta, dict):
+        return f"it holds a JSON {type(meta).__name__}, not an object"
+    if meta.get("format", 1) not in (1, 2, FORMAT):
+        return f"\"format\" is {meta['format']!r}: written by another version of transformer_lib, which reads it"
+    required = ["model", "data"] + (["training", "fingerprints"] if "format" in meta else [])
+    missing = [key for key in required if key not in meta]
+    if missing:
+        return f"it has no {', '.join(map(repr, missing))}"
+    for key, (check, what) in _TOP_LEVEL.items():
+        if key in meta and not check(meta[key]):
+            return f"\"{key}\" is {meta[key]!r}, expected {what}"
+    problem = model_problem(meta["model"])
+    if problem or "format" not in meta:
+        return problem
+    training = meta["training"]
+    if not isinstance(training, dict) or not set(_TRAINING) <= set(training) <= set(_TRAINING) | set(_OPTIONAL_TRAINING):
+        return f"\"training\" is {training!r}, expected an object with {', '.join(_TRAINING)} (and cooldown)"
+    for name, (check, what) in {**_TRAINING, **_OPTIONAL_TRAINING}.items():
+        if name in training and not check(training[name]):
+            return f"\"training\".\"{name}\" is {training[name]!r}, expected {what}"
+    prints = meta["fingerprints"]
+    if not (isinstance(prints, dict) and isinstance(prints.get("tokenizer"), str)
+            and isinstance(prints.get("train_pairs"), dict)):
+        return f"\"fingerprints\" is {prints!r}, expected an object with \"tokenizer\" and \"train_pairs\""
+    return None
+
+
+def read_config(run: Path):
+    """(config.json as a dict, its TransformerConfig); RunError naming the file and the setting when
+    it is missing, not JSON, or holds a value of the wrong type or range (e.g. edited by hand)."""
+    from transformer_lib.model import TransformerConfig
+    path = run / CONFIG
+    if not path.is_file():
+        raise RunError(f"{path} is missing; train first: python -m transformer_lib train --run {run} ...")
+    try:
+        meta = json.loads(path.read_bytes().decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
+        raise RunError(f"{path} is not valid JSON ({one_line(error)[:120]}); restore it from the run that wrote it, "
+                       "or train into a new --run folder") from None
+    problem = _config_problem(meta)
+    if problem:
+        raise RunError(f"{path}: {problem}; the file was edited or damaged: undo the edit or restore it from the "
+                       "run that wrote it, or train into a new --run folder")
+    return meta, TransformerConfig(**meta["model"])
+
+
+def new_config(config, data: str, src_lang, tgt_lang, data_dir, vocab_size: int, processes: int, accumulate: int,
+               training: dict, tokenizer_fingerprint: str, train_pairs: dict, pad_to_multiple: int = 1) -> dict:
+    """The config.json of a run: what decides its model, tokenizer, data, batches and updates."""
+    default_src, default_tgt = DEFAULT_LANGS[data]
+    return {"format": FORMAT, "model": dataclasses.asdict(config), "data": data, "src_lang": src_lang or default_src,
+            "tgt_lang": tgt_lang or default_tgt, "data_dir": None if data_dir is None else str(data_dir),
+            "vocab_size": vocab_size, "processes": processes, "accumulate": accumulate, "training": dict(training),
+            "pad_to_multiple": pad_to_multiple, "fingerprints": {"tokenizer": tokenizer_fingerprint,
+                                                                 "train_pairs": train_pairs}}
+
+
+def _compared(meta: dict) -> dict:
+    src_lang, tgt_lang = DEFAULT_LANGS.get(meta.get("data"), (None, None))
+    training = {"cooldown": 0.0, **meta.get("training", {})} if "training" in meta else {}
+    return {**meta.get("model", {}), "data": meta.get("data"), "src_lang": meta.get("src_lang") or src_lang,
+            "tgt_lang": meta.get("tgt_lang") or tgt_lang, "vocab_size": meta.get("vocab_size"),
+            "pad_to_multiple": meta.get("pad_to_multiple", 1), **training}
+
+
+def check_same_run(run: Path, old: dict, new: dict) -> list[str]:
+    """The resume rules, in one place. RunError naming every setting in which `new` differs from the
+    run's config.json `old` (settings an older run did not record are not compared), except the
+    ones a resumed run may change (`settings.CHANGEABLE_ON_RESUME`: the schedule, which the message
+    of a non-finite loss recommends changing): those are returned, as "name old -> new (option)"."""
+    was, now = _compared(old), _compared(new)
+    for key in now:
+        if key not in was or was[key] is None and key == "vocab_size":
+            was[key] = now[key]      # not recorded by the version that wrote the run
+    differ = [key for key in sorted(was.keys() | now.keys()) if was.get(key) != now.get(key)]
+    words = {key: f"{key} {was.get(key)} -> {now.get(key)} ({OPTION_OF_FIELD.get(key, 'not an option')})"
+             for key in differ}
+    refused = [words[key] for key in differ if key not in CHANGEABLE_ON_RESUME]
+    if refused:
+        raise RunError(f"{run} was trained with another configuration, so it is left as it was: {'; '.join(refused)}. "
+                       f"Resume it with its own settings (see {run / CONFIG}) or train into a new --run folder")
+    was, now = (old.get("processes", 1), old.get("accumulate", 1)), (new["processes"], new["accumulate"])
+    if was != now:
+        raise RunError(f"{run} was trained with {was[0]} process(es) × --accumulate {was[1]}, this launch has "
+                       f"{now[0]} × --accumulate {now[1]}, so it is left as it was; resume it with "
+                       f"torchrun --nproc_per_node={was[0]} (or without torchrun for 1) and --accumulate {was[1]}, "
+                       "or train into a new --run folder")
+    return [words[key] for key in differ]
+
+
+def check_same_data(run: Path, meta: dict, pairs_print: dict, where: str) -> None:
+    """RunError when the training pairs differ from those the run recorded (format 2 on)."""
+    recorded = meta.get("fingerprints", {}).get("train_pairs")
+    if recorded is not None and recorded != pairs_print:
+        raise RunError(f"the training pairs of {where} ({pairs_print['count']} pairs) are not those {run} was trained "
+                       f"on ({recorded.get('count')} pairs; fingerprints in {run / CONFIG} differ), so it is left as "
+                       "it was; resume it with its own data, or train into a new --run folder")

@@ -1,0 +1,116 @@
+"""One writer at a time for a run folder: `TrainLock`, and `lock_holder` for messages.
+
+Hand-written, a part of `runs.py` kept apart. The lock is `flock` on the run folder itself (opened
+with O_DIRECTORY), which the system releases when its process ends, however it ends; train.lock
+only tells others the holder's process id. So a symbolic link named train.lock is never followed
+(the file is replaced by a rename), and deleting train.lock does not free the folder.
+"""
+import os
+from pathlib import Path
+
+from transformer_lib.run_config import RunError
+
+LOCK = "train.lock"
+
+
+def _try_lock(fd: int) -> bool:
+    """Take an exclusive lock on the open file or folder `fd` without waiting."""
+    try:
+        if os.name == "nt":
+            import msvcrt
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        else:
+            import fcntl
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False
+
+
+def _open_target(run: Path) -> int:
+    """What the lock is taken on: the folder itself (POSIX), or a lock file beside the pid (Windows,
+    which cannot lock a folder)."""
+    if os.name == "nt":
+        return os.open(run / (LOCK + ".nt"), os.O_RDWR | os.O_CREAT, 0o644)
+    return os.open(run, os.O_RDONLY | os.O_DIRECTORY)
+
+
+def _read_pid(run: Path) -> str:
+    try:
+        fd = os.open(run / LOCK, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return "unknown"
+    try:
+        return os.read(fd, 64).decode("ascii", "replace").strip() or "unknown"
+    finally:
+        os.close(fd)
+
+
+def lock_holder(run: Path) -> str | None:
+    """The pid in train.lock if a live `train` holds the lock of `run`, else None."""
+    try:
+        fd = _open_target(Path(run))
+    except OSError:
+        return None
+    try:
+        return None if _try_lock(fd) else _read_pid(Path(run))    # closing the folder releases a lock taken here
+    finally:
+        os.close(fd)
+
+
+def _write_pid(path: Path) -> None:
+    """This process's id into `path`, by renaming a new file onto it: a link there is replaced, not followed."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        os.write(fd, str(os.getpid()).encode("ascii"))
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+class TrainLock:
+    """An exclusive lock on a run folder for one `train`: a second one is refused with the holder's
+    pid. Creates the folder if needed; on exit removes train.lock, and the folders it created if
+    they are still empty (a refused train leaves nothing behind)."""
+
+    def __init__(self, run: Path):
+        self.run, self.path, self.fd, self.created = Path(run), Path(run) / LOCK, None, []
+
+    def __enter__(self) -> "TrainLock":
+        for folder in reversed([self.run, *self.run.parents]):
+            if not folder.exists():
+                folder.mkdir()
+                self.created.append(folder)
+        try:
+            fd = _open_target(self.run)
+            if not _try_lock(fd):
+                os.close(fd)
+                raise RunError(f"another train (pid {_read_pid(self.run)}) is writing {self.run}, so it is left to "
+                               "that one; wait for it to end (or stop it), or train into another --run folder")
+            self.fd = fd
+            _write_pid(self.path)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.fd is not None:
+            try:
+                if self.path.is_file() and not self.path.is_symlink() and _read_pid(self.run) == str(os.getpid()):
+                    self.path.unlink()       # before unlocking: a waiter then finds no stale pid
+            except OSError:
+                pass                         # a folder made read-only: the pid stays, the lock goes
+            os.close(self.fd)
+            self.fd = None
+        self._remove_created()
+
+    def _remove_created(self) -> None:
+        for folder in reversed(self.created):
+            try:
+                folder.rmdir()      # only if empty: a run that wrote files keeps them
+            except OSError:
+                break
+        self.created = []
