@@ -329,6 +329,8 @@ def open_page(browser, url: str, viewport=None):
 
 def resize(page, viewport: dict) -> None:
     """Give `page` another window size and wait until course.js has fitted the page to it."""
+    if page.viewport_size == viewport:
+        return  # no resize event: nothing to fit again
     page.evaluate("() => { delete document.documentElement.dataset.courseMath; }")
     page.set_viewport_size(viewport)
     page.wait_for_function("() => document.documentElement.dataset.courseMath === 'fitted'")

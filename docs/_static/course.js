@@ -112,12 +112,14 @@
       pending = false;
       button.classList.toggle("course-shown", window.scrollY > window.innerHeight);
     }
-    window.addEventListener("scroll", function () {
+    function later() {
       if (!pending) {
         pending = true;
         requestAnimationFrame(update);
       }
-    }, { passive: true });
+    }
+    window.addEventListener("scroll", later, { passive: true });
+    window.addEventListener("resize", later);
     update();
   }
 
@@ -126,7 +128,7 @@
     fitWideMath();
   }
 
-  function watchMath() {
+  function watchLayout() {
     let pending = null;
     window.addEventListener("resize", function () {
       clearTimeout(pending);
@@ -153,8 +155,8 @@
   }
   // MathJax is loaded with `defer`, after this script: it exists once the page has loaded.
   if (document.readyState === "complete") {
-    watchMath();
+    watchLayout();
   } else {
-    window.addEventListener("load", watchMath);
+    window.addEventListener("load", watchLayout);
   }
 })();
