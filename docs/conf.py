@@ -47,8 +47,8 @@ mathjax_path = "mathjax/tex-chtml.js"
 
 html_theme = "sphinx_book_theme"
 html_title = project
-# Layout for phones and laptops (wrapping, scrolling boxes, the header's "Back to top") and the
-# full-size figure viewer; tests/test_site.py checks both at 390 px and 1366 px.
+# Layout for phones and laptops (wrapping, scrolling boxes, wide tables as cards, the header's
+# "Back to top") and the full-size figure viewer; tests/test_site.py checks both at 390 px and 1366 px.
 templates_path = ["_templates"]
 html_static_path = ["_static"]
 html_css_files = ["course.css"]
