@@ -5,9 +5,6 @@ are built once. Notebooks 11, 12 and 13 are one unit, in that order: 11 trains `
 which 12 and 13 load (a second process would train it again into the same folder). The off-repo
 test's solutions are a unit of their own, beside its notebooks. The two longest units are handed
 out first, so no core is left with one of them at the end.
-
-`scripts/test_portability.sh` collects no file of tests/, so it loads this file with
-`-p tests.conftest`.
 """
 import pytest
 

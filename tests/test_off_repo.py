@@ -1,10 +1,15 @@
-"""The notebooks run where a learner runs them: Colab, or a downloaded notebook in an empty folder.
+"""The notebooks run where a learner runs them, and their stored outputs hold on another CPU family.
 
 The package is built as a wheel from a copy of the sources, installed into a fresh virtual
-environment outside the checkout, and every notebook is copied into an empty folder and executed
-there, top to bottom, by that environment's kernel; the solutions likewise, in a folder of their
-own. Nothing of the repository is importable or on disk for them: a path like `../images`, an
-exercise that reads `tests/`, or a module that pip does not install fails here. Slow: minutes each.
+environment outside the checkout, and every notebook is copied into an empty folder and run there,
+top to bottom, by that environment's kernel under strict nbval; the solutions likewise, in a folder
+of their own. Nothing of the repository is importable or on disk for them: a path like `../images`,
+an exercise that reads `tests/`, or a module that pip does not install fails here.
+
+The same run is the portability check: the kernels use another CPU family's kernels (AVX2 instead of
+AVX-512/AMX, in oneDNN and in ATen) and one thread, so every stored output must also reproduce where
+torch computes with other kernels than the machine that stored it. One execution serves both checks;
+the test command's own nbval pass runs the notebooks natively in the checkout. Slow: minutes each.
 
 The venv is installed without an index, from wheels that the first run downloads into a cache
 outside the checkout (`$XDG_CACHE_HOME/transformer-course/wheels`, default `~/.cache/...`). The cache
@@ -12,8 +17,10 @@ is keyed by what is asked for (torch, the wheel's declared dependencies, the ker
 and by the week, so the dependencies' new releases still reach this test within a week.
 """
 import hashlib
+import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -27,20 +34,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 # What the wheel is built from: if the package needs another file of the checkout, this test fails.
 WHEEL_SOURCES = ["pyproject.toml", "README.md", "transformer_lib"]
-EXECUTE = """
-import sys
-from pathlib import Path
-
-import nbformat
-from nbclient import NotebookClient
-
-folder = Path(sys.argv[1])
-for name in sys.argv[2:]:
-    notebook = nbformat.read(folder / name, as_version=4)
-    NotebookClient(notebook, timeout=1800, kernel_name="python3",
-                   resources={"metadata": {"path": str(folder)}}).execute()
-    print("ran", name, flush=True)
-"""
+# Another CPU family's kernels and one thread: what the stored outputs must survive besides a GPU.
+OTHER_KERNELS = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "OMP_NUM_THREADS": "1"}
+SANITIZE = ROOT / "tests" / "nbval_sanitize.cfg"
 
 
 def run(command, **kwargs):
@@ -49,8 +45,9 @@ def run(command, **kwargs):
     return result
 
 
-# What Colab and Jupyter provide beside the course's own dependencies: a kernel and a notebook runner.
-KERNEL = ["nbclient", "nbformat", "ipykernel"]
+# What Colab and Jupyter provide beside the course's own dependencies: a kernel and a notebook runner,
+# here strict nbval (pinned as in requirements-dev.txt), which runs each notebook and compares its outputs.
+KERNEL = ["nbclient", "nbformat", "ipykernel", "pytest>=8.0", "nbval==0.11.0"]
 
 
 def wheel_cache_key(course_wheel: Path, torch_spec: list[str]) -> str:
@@ -146,17 +143,26 @@ def test_installed_package_is_the_wheel_not_the_checkout(learner_python, tmp_pat
 @pytest.mark.parametrize("kind", ["notebooks", "solutions"])
 def test_every_notebook_runs_in_an_empty_folder(kind, learner_python, tmp_path):
     """The notebooks, in order, in one empty folder (notebook 11 trains the model that 12 and 13
-    load); the solutions likewise in another. Two tests, so the test command's workers run them side
-    by side (tests/conftest.py gives the solutions a unit of their own)."""
+    load), under strict nbval on other CPU kernels; the solutions likewise in another. Two tests, so
+    the test command's workers run them side by side (tests/conftest.py gives the solutions a unit of
+    their own)."""
     folder = tmp_path / "learner"
     folder.mkdir()
     names = []
     for path in sorted((ROOT / kind).glob("[0-9][0-9]_*.ipynb")):
         shutil.copy2(path, folder / path.name)
         names.append(path.name)
-    result = run([str(learner_python), "-c", EXECUTE, str(folder), *names], cwd=folder, env=learner_env(),
-                 timeout=3600)
-    assert result.stdout.split().count("ran") == len(names)
+    shutil.copy2(SANITIZE, tmp_path / SANITIZE.name)
+    env = {**learner_env(), **OTHER_KERNELS, "PYTHONHASHSEED": "0"}
+    result = subprocess.run([str(learner_python), "-m", "pytest", *names, "--nbval", "--nbval-current-env",
+                             "--nbval-sanitize-with", str(tmp_path / SANITIZE.name), "-p", "no:cacheprovider",
+                             "-q", "-rf", "--no-header"],
+                            cwd=folder, env=env, capture_output=True, text=True, timeout=3600)
+    assert result.returncode == 0, f"strict nbval off the checkout, on other CPU kernels:\n{result.stdout[-6000:]}"
+    code_cells = sum(cell["cell_type"] == "code" for name in names
+                     for cell in json.loads((folder / name).read_text(encoding="utf-8"))["cells"])
+    summary = result.stdout.strip().splitlines()[-1]
+    assert re.match(rf"{code_cells} passed in ", summary), f"every code cell checked: {summary}"
     assert not (folder / "images").exists(), "no figure may be written unless the course run asks for it"
     if kind == "notebooks":
         assert (folder / "runs" / "course_model").is_dir(), "notebook 11 saves the course model beside the notebooks"
