@@ -44,7 +44,7 @@ def test_brevity_penalty_right_answers(right):
     (lambda c, r: 0.0 if c == 0 else 1.0 if c >= r else 1 - r / c, "exponential is missing"),
     (lambda c, r: {(9, 10): 0.894839, (5, 10): 0.367879, (1, 7): 0.002479, (3, 30): 1.2341e-4}.get((c, r), 1.0 if c else 0.0), "expected"),
     (lambda c, r: 0.0 if c == 0 else math.exp(1 - r / c), "BP = 1 when c >= r"),
-    (lambda c, r: 1.0 if c >= r else math.exp(1 - r / max(c, 1e-9)) if c else 1.0, "return 0.0"),
+    (lambda c, r: 1.0 if c >= r else math.exp(1 - r / max(c, 1e-9)) if c else 1.0, "return 0.0|wrong for an empty output"),
     (lambda c, r: 0.0 if c == 0 else 1.0 if c >= r else math.exp(-r / c), "the 1 is missing in the exponent"),
 ])
 def test_brevity_penalty_wrong_answers(wrong, message):

@@ -73,7 +73,7 @@ def loop_table_numpy_style(max_len, d_model):
     (concatenated, "all sines come first"),
     (multiplied, "you multiplied pos by 10000"),
     (lambda m, d: loop_table(m, d).tolist(), "return a torch.Tensor"),
-    (lambda m, d: loop_table(m, d) * 1.01, "differs from sinusoidal_table"),
+    (lambda m, d: loop_table(m, d) * 1.01, "1.01 times the right one"),
     (lambda m, d: loop_table(m, d + 1)[:, :d], "differs from sinusoidal_table"),
 ])
 def test_loop_table_slips_are_named(wrong, message):

@@ -11,6 +11,7 @@ from torch import Tensor
 
 from transformer_lib.attention import scaled_dot_product_attention
 from transformer_lib.exercises import MATRIX_PRODUCTS, Refuse, call, fresh_generator, matrix_product, run_checker
+from transformer_lib.exercises.explain import name_difference
 
 _NO_FUSED = [Refuse("scaled_dot_product_attention", "F.scaled_dot_product_attention is the fused kernel that "
                     "computes the whole of eq. 1; the exercise asks for it with Python loops, one query at a time"),
@@ -94,6 +95,8 @@ def _check_masked_softmax(masked_softmax) -> None:
         if _close(result, _reference_masked_softmax(scores.transpose(-2, -1), blocked.transpose(-2, -1)).transpose(
                 -2, -1)) and not _close(result, expected):
             raise AssertionError("the softmax ran over the wrong dimension: it must normalise the last one (dim=-1)")
+        name_difference(result, expected, f"masked_softmax on scores {tuple(scores.shape)}: ", "; the weights are "
+                        "softmax(scores.masked_fill(mask, -inf), dim=-1), and 0 in rows with every key masked")
         torch.testing.assert_close(result.to(expected.dtype), expected, atol=1e-6, rtol=1e-5, msg=lambda m: (
             "masked_softmax differs from softmax(scores.masked_fill(mask, -inf), dim=-1) on the rows that are not "
             f"fully masked: {m}"))
@@ -180,6 +183,8 @@ def _check_loops_on(attention_by_loops, query: Tensor, key: Tensor, value: Tenso
                              "scores, softmax and weighted sum")
     for message, wrong in slips.items():
         assert not (_close(result, wrong) and not _close(wrong, expected)), message
+    name_difference(result, expected, f"attention_by_loops (d_k={d_k}): ", "; output i is the sum over keys j of "
+                    "softmax_j(q_i · k_j / sqrt(d_k)) * value[j]", {"sqrt(d_k)": math.sqrt(d_k), "d_k": d_k})
     torch.testing.assert_close(result.to(expected.dtype), expected, atol=1e-5, rtol=1e-4, msg=lambda m: (
         "attention_by_loops differs from softmax(Q Kᵀ / sqrt(d_k)) V; check that output i is the sum over keys j "
         f"of weight[i, j] * value[j]: {m}"))

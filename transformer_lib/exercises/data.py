@@ -7,6 +7,7 @@ import torch
 
 from transformer_lib.data import token_batches
 from transformer_lib.exercises import call, fresh_random, run_checker
+from transformer_lib.exercises.explain import name_difference
 
 # Lengths (source, target) in tokens, chosen so that the real-token and the padded-token rules differ.
 _LENGTHS = [(3, 4), (5, 2), (2, 2), (6, 6), (1, 9), (4, 4), (2, 3), (3, 1), (10, 2), (1, 1)]
@@ -123,6 +124,8 @@ def _check_mask_on(fn, tgt_in: torch.Tensor, pad: int) -> None:
     assert isinstance(got, torch.Tensor), f"return a tensor, got {type(got).__name__}"
     assert got.shape == expected.shape, f"expected shape (B, T, T) = {tuple(expected.shape)}, got {tuple(got.shape)}"
     assert got.dtype == torch.bool, f"return a boolean mask (dtype torch.bool), got {got.dtype}"
+    if torch.equal(got, expected):
+        return
     if torch.equal(got, ~expected):
         raise AssertionError("the mask is inverted: True must mean NOT allowed (PyTorch's convention)")
     T = tgt_in.size(1)
@@ -152,6 +155,8 @@ def _check_mask_on(fn, tgt_in: torch.Tensor, pad: int) -> None:
     assert all(torch.equal(got[b], causal) for b in unpadded.nonzero().flatten().tolist()), (
         "a row without padding gets the causal mask alone: True above the diagonal (key j > query t), False on and "
         "below it")
+    name_difference(got, expected, f"tgt_in {tuple(tgt_in.shape)}, pad_id={pad}: ", "; True where key j > query t "
+                    "or key j is padding")
     assert torch.equal(got, expected), (
         "mask padding KEYS (the last axis, columns), for every query; queries at padding may stay as they are")
 

@@ -4,6 +4,7 @@ import torch
 from transformer_lib.attention import subsequent_mask
 from transformer_lib.decoder import Decoder
 from transformer_lib.exercises import Refuse, call, fresh_generator, run_checker
+from transformer_lib.exercises.explain import name_difference
 
 _NO_TRIU = [Refuse(name, "build the mask without torch.triu (or subsequent_mask, which uses it): compare a column of "
                    "query positions with a row of key positions made by torch.arange") for name in ("triu", "triu_")]
@@ -31,6 +32,7 @@ def _check_causal_mask(causal_mask) -> None:
         for message, wrong in slips.items():
             assert not torch.equal(got, wrong), message
         assert got.any() or T == 1, f"causal_mask({T}) masks nothing: True above the diagonal (key j > query i)"
+        name_difference(got, expected, f"causal_mask({T}): ", "; True exactly where key j > query i")
         raise AssertionError(f"causal_mask({T}) should be\n{expected.int()}\ngot\n{got.int()}")
 
 

@@ -15,6 +15,7 @@ from torch import nn
 from transformer_lib.attention import subsequent_mask
 from transformer_lib.decoding import beam_search, greedy_decode, length_penalty
 from transformer_lib.exercises import Refuse, call, fresh_random, run_checker
+from transformer_lib.exercises.explain import regime
 from transformer_lib.model import Transformer
 
 PAD, BOS, EOS = 0, 1, 2
@@ -65,6 +66,13 @@ def _check_score(your_function) -> None:
             hint = " The exponent α applies to the whole fraction: ((5 + |Y|) / 6)^α, not (5 + |Y|)^α / 6."
         elif math.isclose(got, log_prob / (5 + length / 6) ** alpha, rel_tol=1e-6):
             hint = " Divide the sum by 6: ((5 + |Y|) / 6)^α, not (5 + |Y| / 6)^α (mind the parentheses)."
+        if not hint:
+            cases = list(_score_cases())
+            said = regime(cases, [math.isclose(float(call(your_function, lp_, n_, a_, on=f"log_prob={lp_}, length={n_}, "
+                                                          f"alpha={a_}")), lp_ / length_penalty(n_, a_), rel_tol=1e-6)
+                                  for lp_, n_, a_ in cases], lambda c: "for α = 0" if c[2] == 0 else "for α > 0")
+            hint = (f" Your score is {said}: with α = 0 the score is log P itself, and for α > 0 it is "
+                    "log P / ((5 + |Y|) / 6)^α." if said else " The score is log P / ((5 + |Y|) / 6)^α.")
         raise AssertionError(f"log_prob={log_prob}, length={length}, alpha={alpha}: expected {expected:.6f}, "
                              f"got {got:.6f}.{hint}")
     lengths = torch.tensor([1.0, 4.0, 13.0])

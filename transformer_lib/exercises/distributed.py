@@ -15,6 +15,7 @@ import torch
 
 from transformer_lib.distributed import shard_batches
 from transformer_lib.exercises import Refuse, call, fresh_random, run_checker
+from transformer_lib.exercises.explain import name_difference
 
 _NO_SHARD_BATCHES = [Refuse(shard_batches, "shard_batches is the course's own function, the one this exercise asks "
                             "you to write")]
@@ -231,6 +232,7 @@ def _check_ring(fn) -> None:
                         f"not all {world_size}. In reduce-scatter step s, rank r sends chunk (r − s) mod N and adds "
                         "what it receives to chunk (r − 1 − s) mod N, the one its left neighbour sent; after N − 1 "
                         "steps it holds the full sum of chunk (r + 1) mod N, which the all-gather passes on")
+                name_difference(result, total, f"{where}, rank {rank}: ", "; every rank returns the sum of all ranks' tensors")
                 torch.testing.assert_close(result, total, msg=lambda m: f"{where}, rank {rank}: not the sum of the "
                                            f"ranks' tensors. {m}")
 

@@ -11,6 +11,7 @@ from torch import nn
 
 from transformer_lib.embeddings import TokenEmbedding
 from transformer_lib.exercises import Refuse, call, fresh_generator, run_checker
+from transformer_lib.exercises.explain import name_difference
 
 _NO_LOOKUP = [Refuse("embedding", "F.embedding (or nn.Embedding) is the lookup itself; the exercise asks for the "
                      "matrix product F.one_hot(tokens, V).to(weight.dtype) @ weight")]
@@ -52,6 +53,7 @@ def _check_lookup_on(embed_by_matmul, tokens: torch.Tensor, weight: torch.Tensor
     if ratio.numel() and torch.allclose(ratio, ratio[0].expand_as(ratio), rtol=1e-4) and abs(ratio[0] - 1) > 1e-3:
         raise AssertionError(f"your result is the picked rows times {ratio[0].item():.4g}; the lookup returns row t "
                              "unchanged (the scaling belongs to the embedding layer, not to the lookup)")
+    name_difference(got, rows, f"for {what}: ", "; one_hot(tokens) @ weight picks row t of the weight for token t")
     torch.testing.assert_close(got, rows, msg=lambda m: (
         f"one_hot(tokens) @ weight must pick row t of the weight for token t ({what}). {m}"))
 
@@ -131,6 +133,8 @@ def _check_scaled_with(module_class, vocab_size: int, d_model: int, generator: t
         raise AssertionError(f"your output is the table row times {ratio[0].item():.4g}; for d_model={d_model} the "
                              f"scale is sqrt(d_model) = {math.sqrt(d_model):.4g}: compute it from d_model "
                              "(math.sqrt(d_model)), do not write a number")
+    name_difference(out, rows * math.sqrt(d_model), "", "; the output is table[tokens] * sqrt(d_model)",
+                    {"sqrt(d_model)": math.sqrt(d_model), "d_model": d_model})
     torch.testing.assert_close(out, rows * math.sqrt(d_model), msg=lambda m: (
         f"the output must be table[tokens] * sqrt(d_model). {m}"))
     std = table.detach().std().item()

@@ -3,6 +3,7 @@ import torch
 
 from transformer_lib.encoder import Encoder, EncoderLayer
 from transformer_lib.exercises import Refuse, call, fresh_generator, run_checker
+from transformer_lib.exercises.explain import name_difference
 from transformer_lib.sublayers import SublayerConnection
 
 _NO_LIBRARY = [Refuse((EncoderLayer, "forward"), "EncoderLayer is the course's own layer; write the pre-LN layer "
@@ -53,6 +54,8 @@ def _check_padding_mask(padding_mask) -> None:
         if torch.equal(got, positions >= lengths[:, None] - 1):
             raise AssertionError("off by one: the last real token (position n - 1) was marked as padding; "
                                  "padding starts at j = n")
+        name_difference(got, expected, f"lengths {lengths.tolist()}, max_len={max_len}: ",
+                        "; position j of sentence b is padding when j >= its length")
         raise AssertionError(f"for lengths {lengths.tolist()} expected\n{expected.int()}\ngot\n{got.int()}\n"
                              "(position j of sentence b is padding when j >= length)")
 
@@ -146,6 +149,7 @@ def _check_layer_with(pre_ln_encoder_layer, D: int, H: int, generator: torch.Gen
     if not torch.allclose(got, again.detach(), atol=1e-6):
         raise AssertionError("two calls with the same input gave different outputs: the layer must be deterministic "
                              "here (dropout 0; F.dropout(x, p) drops by default, training=True)")
+    name_difference(got, expected, "pre_ln_encoder_layer: ", "; h = x + SelfAttn(norm1(x)), then h + FFN(norm2(h))")
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=0, msg=lambda m: (
         "differs from EncoderLayer(norm_first=True): h = x + SelfAttn(norm1(x)), then "
         "h + FFN(norm2(h)), with no LayerNorm on the output\n" + m))

@@ -14,6 +14,7 @@ from sacrebleu.metrics import helpers
 from sacrebleu.metrics.base import Metric
 
 from transformer_lib.exercises import Refuse, call, fresh_random, run_checker
+from transformer_lib.exercises.explain import regime
 
 _YOURSELF = "compute it yourself: sacreBLEU is what the checker compares your function with"
 _NO_SACREBLEU = [Refuse((Metric, "corpus_score"), _YOURSELF), Refuse((Metric, "sentence_score"), _YOURSELF),
@@ -54,8 +55,14 @@ def _check_bp(your_function) -> None:
     for message, slip in _BP_SLIPS.items():
         if all(math.isclose(answers[c, r], slip(c, r), rel_tol=1e-6) for c, r in answers if c > 0):
             raise AssertionError(message)
+    said = regime(list(answers), [(c, r) not in wrong for c, r in answers],
+                  lambda case: "for an empty output (c = 0)" if case[0] == 0 else "for c >= r" if case[0] >= case[1]
+                  else "for c < r")
     c, r = wrong[0]
     got, want = answers[c, r], expected[c, r]
+    if said:
+        raise AssertionError(f"your BP is {said} (first at c={c}, r={r}: expected {want:.6f}, got {got:.6f}): BP = 1 "
+                             "when c >= r, exp(1 - r / c) when 0 < c < r, and 0 when c = 0")
     if c == 0:
         raise AssertionError(f"c=0, r={r}: expected 0.0, got {got}. An empty output has BP = 0 (and BLEU 0): "
                              f"return 0.0 before dividing by c")

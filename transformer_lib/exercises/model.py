@@ -4,6 +4,7 @@ import torch
 from torch import nn
 
 from transformer_lib.exercises import Refuse, call, fresh_random, run_checker
+from transformer_lib.exercises.explain import name_difference
 from transformer_lib.model import EncoderDecoder, Transformer, build_transformer
 
 _BY_FORMULA = "count_parameters must count by formula; building the model (even on the meta device) is what the " \
@@ -123,7 +124,7 @@ def _check_copy_on(copy_batch, src: torch.Tensor) -> None:
     reversed_src = src.clone()
     for row, n in zip(reversed_src, (src != PAD).sum(1).tolist()):
         row[:n] = row[:n].flip(0)
-    assert not torch.equal(labels[:, :L], src.flip(1)) and not torch.equal(
+    assert torch.equal(labels, expected_labels) or not torch.equal(labels[:, :L], src.flip(1)) and not torch.equal(
         labels, _reference_copy_batch(reversed_src)[1]), "that is reversal; the copy task keeps the order"
     assert not torch.equal(tgt_in, labels), ("the decoder input must be the labels shifted right, starting with "
                                              "<bos> = 1: position t sees the tokens before label t, not label t")
@@ -143,6 +144,10 @@ def _check_copy_on(copy_batch, src: torch.Tensor) -> None:
     if torch.equal(labels, at_row_end):
         raise AssertionError("<eos> must come right after each sentence's last symbol, not at the end of the "
                              "padded row: labels[b, length_b] = 2, then <pad>")
+    name_difference(labels, expected_labels, f"the labels for src {tuple(src.shape)}: ", "; label rows are the "
+                    "symbols, then <eos> = 2, then <pad> = 0")
+    name_difference(tgt_in, expected_in, f"the decoder input for "
+                    f"src {tuple(src.shape)}: ", "; it is <bos> = 1, then the labels shifted right, without <eos>")
     assert torch.equal(labels, expected_labels), f"labels should be\n{expected_labels}\ngot\n{labels}"
     assert torch.equal(tgt_in, expected_in), f"the decoder input should be\n{expected_in}\ngot\n{tgt_in}"
 

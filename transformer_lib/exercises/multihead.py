@@ -11,6 +11,7 @@ from torch import Tensor
 
 from transformer_lib.attention import scaled_dot_product_attention, subsequent_mask
 from transformer_lib.exercises import Refuse, call, fresh_generator, run_checker
+from transformer_lib.exercises.explain import name_difference
 from transformer_lib.multihead import MultiHeadAttention, merge_heads, split_heads
 
 _NO_SPLIT_HEADS = [Refuse(split_heads, "split_heads is the course's own function, the one this exercise asks you to "
@@ -51,6 +52,8 @@ def _check_split_heads(my_split_heads) -> None:
         if torch.equal(result, x.view(B, L, d_k, H).permute(0, 3, 1, 2)) and not torch.equal(result, expected):
             raise AssertionError("you cut the features as (d_k, H), so head i got features i, i + H, i + 2H, ...; "
                                  "view the last dimension as (H, d_k): head i holds the block i*d_k .. (i+1)*d_k - 1")
+        name_difference(result, expected, f"my_split_heads(x of shape {(B, L, D)}, n_heads={H}): ",
+                        "; head i holds features i*d_k .. (i+1)*d_k - 1 of every position")
         assert torch.equal(result, expected), (
             f"head i must hold features i*d_k .. (i+1)*d_k - 1 of every position; for x = arange, head 1 of "
             f"position 0 is {expected[0, 1, 0].tolist()}, yours is {result[0, 1, 0].tolist()}")
@@ -153,6 +156,8 @@ def _check_attention_with(causal_self_attention, B: int, T: int, D: int, H: int,
     for message, wrong in slips.items():
         assert not torch.allclose(result, wrong, atol=1e-5, rtol=1e-4) or torch.allclose(
             wrong, expected, atol=1e-5, rtol=1e-4), message
+    name_difference(result, expected, "causal_self_attention: ", "; compare your steps with MultiHeadAttention.forward",
+                    {"sqrt(d_k)": sqrt_d_k, "sqrt(d_model)": math.sqrt(D)})
     torch.testing.assert_close(result, expected, atol=1e-5, rtol=1e-4, msg=lambda m: (
         "causal_self_attention differs from layer(x, x, x, attn_mask=subsequent_mask(T))[0], and not by one of "
         "the usual slips (mask, scale, softmax axis, head split or merge, output projection). Compare your "

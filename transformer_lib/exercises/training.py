@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_lib.exercises import Refuse, call, fresh_random, run_checker
+from transformer_lib.exercises.explain import name_difference, regime
 from transformer_lib.training import LabelSmoothingLoss, cooldown_factor, noam_lr
 
 _BY_HAND = ("the exercise asks for the loss by hand, without F.cross_entropy (or nn.CrossEntropyLoss) and without "
@@ -118,6 +119,13 @@ def check_label_smoothing(your_function) -> None:
             for message, wrong in _smoothed_variants(logits.double(), target, eps, pad).items():
                 if _close(got, wrong) and not _close(wrong, expected):
                     raise AssertionError(f"ε = {eps}: {message}")
+            cases = _smoothing_cases()
+            said = regime(cases, [_close(call(fn, lg, tg, e, pd, on=w), F.cross_entropy(
+                lg.double(), tg, ignore_index=pd, label_smoothing=e)) for lg, tg, e, pd, w in cases],
+                lambda c: "with ε = 0" if c[2] == 0 else "with pad_id 0 and ε > 0" if c[3] == 0 else "with another pad_id")
+            if said:
+                raise AssertionError(f"your loss is {said}: q = (1 − ε)·one_hot + ε/V, −Σ q · log_softmax(logits) at "
+                                     "every position, averaged over the positions whose target is not pad_id")
             raise AssertionError(f"for {what}, ε = {eps}, your loss is {float(got):.5f}, F.cross_entropy(logits, "
                                  f"target, ignore_index=pad_id, label_smoothing=ε) gives {float(expected):.5f}"
                                  + (" (even without smoothing: the mean of −log p(true token))" if eps == 0 else ""))
@@ -170,6 +178,12 @@ def check_noam_lr(your_function) -> None:
         if max(ratios) - min(ratios) < 1e-6 * abs(ratios[0]):
             raise AssertionError(f"your rate is {ratios[0]:.4g} times eq. 3 at every step: drop the extra factor, "
                                  "lrate = d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)")
+        said = regime(cases, [case not in wrong_cases for case in cases], lambda c: (
+            "before step = warmup_steps" if c[2] < c[1] else "at step = warmup_steps" if c[2] == c[1]
+            else "after step = warmup_steps"))
+        if said:
+            raise AssertionError(f"your rate is {said}: lrate = d_model^-0.5 · min(step^-0.5, step · warmup^-1.5), "
+                                 "the linear warmup branch until step = warmup_steps, the step^-0.5 decay after it")
         d_model, warmup, step = wrong_cases[0]
         where = f"d_model={d_model}, warmup={warmup}, step={step}"
         value, expected = got[d_model, warmup, step], noam_lr(step, d_model, warmup)
@@ -276,6 +290,11 @@ def _check_accumulation_on(fn, micro_batches: list, pad: int) -> None:
                                   "the optimizer) between micro-batches; backward() adds into .grad") if i == k - 1 else
                                  f"only micro-batch {i}'s gradient is there: run forward and backward on every "
                                  "micro-batch, one after the other")
+    if not grad.any():
+        raise AssertionError("every gradient is 0: did you zero them (zero_grad) after the last backward()? "
+                             "Leave the accumulated gradients in .grad")
+    name_difference(grad, expected, f"the gradient (pad_id={pad}): ", "; the loss of all micro-batches together "
+                    "weights each by its share of the real targets")
     torch.testing.assert_close(grad, expected, atol=1e-6, rtol=1e-5, msg=lambda m: (
         f"the accumulated gradient differs from one pass over all micro-batches together (pad_id={pad}):\n" + m))
 
@@ -338,6 +357,13 @@ def check_cooldown(your_function) -> None:
             if math.isclose(float(got), noam * 0.5 * (1 - math.cos(math.pi * ramp)), rel_tol=1e-6, abs_tol=1e-12):
                 raise AssertionError(f"{where}: that is a cosine ramp; the exercise's ramp falls LINEARLY to 0: "
                                      "min(1, (1 − progress) / cooldown)")
-            raise AssertionError(f"{where}: expected {expected:.6g}, got {float(got):.6g}; the rate is "
-                                 "noam_lr(step) · min(1, (1 − progress) / cooldown)")
+            answers = [float(call(fn, s_, p_, d_model, warmup, c_, on=f"step={s_}, progress={p_}, cooldown={c_}"))
+                       for c_, s_, p_ in cases]
+            said = regime(cases, [math.isclose(a, noam_lr(s_, d_model, warmup) * cooldown_factor(p_, c_), rel_tol=1e-6,
+                                               abs_tol=1e-12) for a, (c_, s_, p_) in zip(answers, cases)],
+                          lambda c: "before the cooldown" if c[2] <= 1 - c[0] else "at the end (progress = 1)"
+                          if c[2] == 1 else "during the cooldown")
+            raise AssertionError(f"{where}: expected {expected:.6g}, got {float(got):.6g}" + (
+                f"; your rate is {said}" if said else "") + "; the rate is noam_lr(step) · min(1, (1 − progress) / "
+                "cooldown): eq. 3 unchanged before the last `cooldown` share, then falling linearly to 0")
     run_checker("the cooldown", your_function, _check)
