@@ -226,3 +226,8 @@ def test_more_right_answers_pass(check, right):
 def test_checker_wants_the_function_itself():
     with pytest.raises(TypeError, match="pass your function itself"):
         check_masked_softmax(masked_softmax_right(torch.zeros(1, 2), torch.zeros(1, 2, dtype=torch.bool)))
+
+
+def test_masked_softmax_log_probabilities_are_named():
+    with pytest.raises(AssertionError, match="log-probabilities"):
+        check_masked_softmax(lambda s, m: s.masked_fill(m, float("-inf")).log_softmax(-1).nan_to_num(0, neginf=0))

@@ -222,3 +222,13 @@ def join_pop(tokens):
 def test_join_more_slips_are_named(wrong, message):
     with pytest.raises(AssertionError, match=message):
         check_join_pieces(wrong)
+
+
+class SkipsUnknown(Word):
+    def encode(self, text):
+        return [i for i in super().encode(text) if i]
+
+
+def test_word_unknown_words_left_out_are_named():
+    with pytest.raises(AssertionError, match="it is not left out"):
+        check_word_tokenizer(SkipsUnknown)

@@ -70,6 +70,9 @@ def _check_masked_softmax(masked_softmax) -> None:
                                  "(and nn.MultiheadAttention) True means 'may NOT attend'")
         blocked = mask.expand_as(scores)
         zeroed_after = scores.softmax(dim=-1).masked_fill(blocked, 0.0)
+        log_p = scores.masked_fill(blocked, float("-inf")).log_softmax(-1)
+        if not _close(result, expected) and (_close(result, log_p.nan_to_num(nan=0.0, neginf=0.0)) or _close(result, log_p)):
+            raise AssertionError("those are log-probabilities (log_softmax); the weights are probabilities: softmax")
         if _close(result, zeroed_after) and not _close(result, expected):
             raise AssertionError("you zeroed the masked weights AFTER the softmax, so the others no longer sum to 1; "
                                  "fill the masked scores with -inf BEFORE the softmax")

@@ -83,6 +83,9 @@ def check_count_parameters(your_function) -> None:
                 k = (got - expected) // (2 * D)
                 hint = (f"that is {abs(k)} LayerNorm(s) (2·d_model each) too {'many' if k > 0 else 'few'}: an "
                         "encoder layer has 2, a decoder layer 3, and a pre-LN stack one more at its end")
+            if not hint and got > expected and (got - expected) % D == 0:
+                hint = (f"that is a table of {(got - expected) // D} rows of d_model more: the sinusoidal positions are "
+                        "a buffer (not trained, not counted), and with tied weights the embeddings are counted once")
             raise AssertionError(f"for {full} the model has {expected:,} parameters, your formula gives {got:,} "
                                  f"(off by {got - expected:+,})" + (f": {hint}" if hint else ""))
     run_checker("count_parameters", your_function, check)

@@ -65,6 +65,9 @@ def _check_tokenizer_on(tokenizer_class, train: list[str], unknown_text: str | N
                    "seen", hint=lambda e: ("map a word never seen in training to <unk>, id 0 (dict.get(word, 0))"
                                            if isinstance(e, KeyError) else None))
     expected = [ids.get(w, 0) for w in unknown_text.split()]
+    assert isinstance(unknown, list) and len(unknown) == len(expected), (
+        f"encode({unknown_text!r}) gave {unknown}: one id per word, and a word never seen gets id 0 (<unk>), "
+        "it is not left out")
     assert [unknown[i] for i, w in enumerate(unknown_text.split()) if w in unseen] == [0] * len(unseen), \
         f"unseen words must get id 0 (<unk>): encode({unknown_text!r}) gave {unknown}"
     assert unknown == expected, f"known words must keep their ids: encode({unknown_text!r}) gave {unknown}, expected {expected}"

@@ -256,7 +256,8 @@ def _check_accumulation_on(fn, micro_batches: list, pad: int) -> None:
     assert model.largest <= max(sizes), ("run the model on one micro-batch at a time, not on all of them "
                                          "concatenated: that is the point of accumulating")
     grad, expected = model.linear.weight.grad, _grad_with(state, criterion, micro_batches, None)
-    assert grad is not None, "no gradient: call backward() on each micro-batch's loss"
+    assert grad is not None, ("no gradient left in .grad: call backward() on each micro-batch's loss, and do not "
+                              "zero the gradients (or set them to None) after the last one")
     if torch.allclose(grad, expected, atol=1e-6, rtol=1e-5):
         return
     real = [int((y != pad).sum()) for _, y in micro_batches]
