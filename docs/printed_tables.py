@@ -101,24 +101,28 @@ def column_name(label: str) -> str:
 
 def template_table(lines: list[str]) -> tuple[list[str], list[list[str]], int] | None:
     """(header, rows, lines used) when `lines` starts with at least three lines printed from one
-    template (the same words, numbers that differ) with at least two numbers that vary, else None.
-    The words before each varying number name its column; numbers the same on every line are words."""
+    template (the same words, numbers that differ) with at least two columns, else None. A column
+    is a number that varies, or one the same on every line given as a value (after `=` or `:`); the
+    words before it name it, and other numbers the same on every line are words."""
     parts = [FILLED_NUMBER.split(line) for line in lines]
     words = lambda line_parts: [" ".join(t.split()) for t in line_parts[::2]]  # noqa: E731
     end = next((k for k, p in enumerate(parts) if len(p) != len(parts[0]) or words(p) != words(parts[0])), len(parts))
     if end < 3 or max(map(len, lines[:end])) < TEXT_TABLE_MIN_CHARS:
         return None
     varying = [k for k in range(1, len(parts[0]), 2) if len({p[k] for p in parts[:end]}) > 1]
+    # A number the same on every line is a column too where it is given as a value (`= 1.0`).
+    columns = [k for k in range(1, len(parts[0]), 2)
+               if k in varying or (varying and parts[0][k - 1].rstrip().endswith(("=", ":")))]
     header, label = [], ""
     for k, text in enumerate(parts[0]):
-        if k in varying:
+        if k in columns:
             header.append(column_name(label))
             label = ""
         else:
             label += text
-    if len(varying) < 2 or label.strip() or not all(re.search(r"[^\W\d_]", name) for name in header):
+    if len(columns) < 2 or label.strip() or not all(re.search(r"[^\W\d_]", name) for name in header):
         return None       # text after the last number would belong to no column
-    return header, [[p[k] for k in varying] for p in parts[:end]], end
+    return header, [[p[k] for k in columns] for p in parts[:end]], end
 
 
 def table_html(header: list[str], rows: list[list[str]]) -> str:

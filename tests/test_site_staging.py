@@ -93,6 +93,10 @@ def test_staging_makes_lines_printed_from_one_template_a_table():
                 "step 300 (p = 1.000): eq. 3 3.57e-03, with cooldown 0.00e+00\n")
     header, rows, _ = split_text_tables(schedule)[0]
     assert header == ["step", "p", "eq. 3", "with cooldown"] and rows[2] == ["300", "1.000", "3.57e-03", "0.00e+00"]
+    # Notebook 04: a number the same on every line is a column where it is given as a value.
+    variance = "".join(f"d_k = {d:4}: Var(q.k) / d_k = 1.0, Var(q.k / sqrt(d_k)) = 1.0\n" for d in (1, 4, 16))
+    assert split_text_tables(variance) == [(["d_k", "Var(q.k) / d_k", "Var(q.k / sqrt(d_k))"],
+                                            [[d, "1.0", "1.0"] for d in ("1", "4", "16")], variance)]
 
 
 @pytest.mark.parametrize("text", [
@@ -106,9 +110,9 @@ def test_staging_makes_lines_printed_from_one_template_a_table():
     "k =    1: 4999 positions, max |PE(pos+k) - M_k PE(pos)| < 1e-5: True\n"
     "k =    2: 4998 positions, max |PE(pos+k) - M_k PE(pos)| < 1e-5: True\n"
     "k =    7: 4993 positions, max |PE(pos+k) - M_k PE(pos)| < 1e-5: True\n",  # words after the last number
-    "d_k =    1: Var(q.k) / d_k = 1.0, Var(q.k / sqrt(d_k)) = 1.0\n"
-    "d_k =    4: Var(q.k) / d_k = 1.0, Var(q.k / sqrt(d_k)) = 1.0\n"
-    "d_k =   16: Var(q.k) / d_k = 1.0, Var(q.k / sqrt(d_k)) = 1.0\n",     # one number varies: a list
+    "batch 1 of the validation set holds no padding at all in this run\n"
+    "batch 2 of the validation set holds no padding at all in this run\n"
+    "batch 3 of the validation set holds no padding at all in this run\n",  # one number: a list
     "step 1 loss 3.2\nstep 2 loss 2.9\nstep 3 loss 2.7\n",           # narrow
     " [ 0.8415  0.5403  0.0998  0.995   0.01    1.      0.001   1.    ]\n"
     " [ 0.9093 -0.4161  0.1987  0.9801  0.02    0.9998  0.002   1.    ]\n"
