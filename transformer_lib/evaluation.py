@@ -164,22 +164,9 @@ class AttentionMaps:
 
 # %% ../notebooks/13_evaluation.ipynb #b1e42a4e
 @torch.no_grad()
-def attention_maps(model: Transformer, tokenizer, source: str, target: str) -> AttentionMaps:
-    """Attention weights of `model` reading `source` and, teacher-forced, `target` (one pair).
-
-    Args:
-        model: a `Transformer`; it is put in eval mode for the pass and restored afterwards.
-        tokenizer: the model's tokenizer; unseen characters become `<unk>`.
-        source: one source sentence; target: one target sentence (a reference or the model's own
-            translation).
-    """
-    if not isinstance(model, Transformer):
-        raise TypeError(f"model must be a transformer_lib Transformer, got {type(model).__name__}")
-    for name, text in (("source", source), ("target", target)):
-        if not isinstance(text, str):
-            raise TypeError(f"{name} must be one sentence (a str), got {type(text).__name__}")
-    src_ids = tokenizer.encode(source, unknown="replace")
-    tgt_ids = tokenizer.encode(target, unknown="replace")
+def _teacher_forced_weights(model: Transformer, src_ids: list[int], tgt_ids: list[int]) -> dict[str, list[Tensor]]:
+    """The weights of every attention module, per layer, (H, Lq, Lk) each, for one pass of the source
+    `src_ids` (<s> .. </s>) and the decoder inputs `tgt_ids[:-1]` (teacher forcing)."""
     device = next(model.parameters()).device
     src = torch.tensor([src_ids], device=device)                 # (1, S)
     tgt = torch.tensor([tgt_ids[:-1]], device=device)            # (1, T): <s> y_1 .. y_n
@@ -194,14 +181,31 @@ def attention_maps(model: Transformer, tokenizer, source: str, target: str) -> A
         for m in everything:
             m.keep_weights = True                                # forces the explicit path, keeps (1, H, Lq, Lk)
         model(src, tgt)
-        weights = {kind: [m.last_weights[0].float().cpu() for m in group]   # (H, Lq, Lk) each
-                   for kind, group in modules.items()}
+        return {kind: [m.last_weights[0].float().cpu() for m in group] for kind, group in modules.items()}
     finally:
         for m, (keep, last) in zip(everything, saved):
             m.keep_weights, m.last_weights = keep, last
         model.train(was_training)
+
+# %% ../notebooks/13_evaluation.ipynb #edab2426
+@torch.no_grad()
+def attention_maps(model: Transformer, tokenizer, source: str, target: str) -> AttentionMaps:
+    """Attention weights of `model` reading `source` and, teacher-forced, `target` (one pair).
+
+    Args:
+        model: a `Transformer`; it is put in eval mode for the pass and restored afterwards.
+        tokenizer: the model's tokenizer; unseen characters become `<unk>`.
+        source: one source sentence; target: one target sentence (a reference or a translation).
+    """
+    if not isinstance(model, Transformer):
+        raise TypeError(f"model must be a transformer_lib Transformer, got {type(model).__name__}")
+    for name, text in (("source", source), ("target", target)):
+        if not isinstance(text, str):
+            raise TypeError(f"{name} must be one sentence (a str), got {type(text).__name__}")
+    src_ids, tgt_ids = tokenizer.encode(source, unknown="replace"), tokenizer.encode(target, unknown="replace")
     names = [tokenizer.id_to_token(i) for i in tgt_ids]
-    return AttentionMaps([tokenizer.id_to_token(i) for i in src_ids], names[:-1], names[1:], **weights)
+    return AttentionMaps([tokenizer.id_to_token(i) for i in src_ids], names[:-1], names[1:],
+                         **_teacher_forced_weights(model, src_ids, tgt_ids))
 
 # %% ../notebooks/13_evaluation.ipynb #1fbe6f22
 def benchmark_summary(report: dict) -> list[dict]:
