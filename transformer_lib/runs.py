@@ -252,13 +252,14 @@ def check_identity(run: Path, meta: dict, checkpoint: dict) -> None:
     own = identity(meta)
     if not isinstance(carried, dict) or not all(isinstance(carried.get(k), dict) for k in ("model", "training")):
         raise RunError(f"{path} carries a damaged run identity; restore it from a backup, or delete it")
-    if carried.get("run_id") != own["run_id"]:
+    # What an older config.json (format 1 or 2) does not record is not compared.
+    if own["run_id"] is not None and carried.get("run_id") != own["run_id"]:
         raise RunError(f"{path} comes from another run (its run id is {carried.get('run_id')}, {config_path} says "
                        f"{own['run_id']}); put back this run's checkpoint, or delete it to train from scratch")
     differ = [f"{part}.{key} {carried[part].get(key)!r} in the checkpoint, {own[part].get(key)!r} in config.json"
-              for part in ("model", "training") for key in sorted(own[part].keys() | carried[part].keys())
-              if own[part].get(key) != carried[part].get(key)]
-    if own["fingerprints"] != carried.get("fingerprints"):
+              for part in ("model", "training") if part == "model" or "training" in meta
+              for key in sorted(own[part].keys() | carried[part].keys()) if own[part].get(key) != carried[part].get(key)]
+    if own["fingerprints"] is not None and own["fingerprints"] != carried.get("fingerprints"):
         differ.append("the fingerprints of the tokenizer or the training data")
     if differ:
         raise RunError(f"{config_path} was edited: the weights in {path} do not fit it, they were trained with other "
