@@ -1,11 +1,12 @@
 """The course website, checked in a real headless Chromium, page by page, on a phone and a laptop.
 
 The site is built by `bash scripts/build_site.sh` (again only when a source is newer than it),
-served from build/site on 127.0.0.1, and every page is opened in Debian's `chromium` driven by
-Playwright, at 390 x 844 (a phone) and at 1366 x 900 (a laptop). Each page must: log no console
-error, request nothing outside 127.0.0.1, load every image, finish MathJax with no TeX error and
-no raw `$...$` left in its text, have every internal link point to an existing page and anchor,
-be no wider than the window, let every code block, output and display equation either fit its
+served from build/site on 127.0.0.1, and every page is opened once in Debian's `chromium` driven
+by Playwright (tests/site_browser.py) at 390 x 844 (a phone), then resized to 1366 x 900 (a
+laptop): one load checks both widths, as course.js fits the page again when the window changes.
+Each page must: log no console error, request nothing outside 127.0.0.1, load every image, finish
+MathJax with no TeX error and no raw `$...$` left in its text, have every internal link point to
+an existing page and anchor, be no wider than the window, let every code block, output and display equation either fit its
 column or scroll in its own box (never cut off), fit every table in its column (a wide one as
 cards of "header: value", each with its header), show no nbdev directive line, and, when it is
 longer than two screens, show a "Back to top" that covers nothing once the reader is down the page.
@@ -18,23 +19,21 @@ build/site_figure_text.json lists each figure's size.
 
 A cell folded in Jupyter (tag `hide-input`, `jupyter.source_hidden`) must show as a collapsed
 "show code" toggle with its outputs visible: checked on a small notebook built through the same
-docs/conf.py, and on every folded cell of the real site. A tapped figure opens at full size.
+docs/conf.py, and on every folded cell of the real site; the small notebook also prints a wide
+table, which must read as cards with every number in the window. A tapped figure opens at full
+size, and "Back to top" takes the reader up. The staging itself: tests/test_site_staging.py.
 
 `CHROMIUM_PATH` picks another Chromium build (default /usr/bin/chromium, which
 scripts/setup_env.sh installs on Debian). `python tests/test_site.py --screenshots` writes the
 README's screenshots of the site to images/.
 """
 
-import contextlib
 import functools
 import html.parser
-import http.server
 import json
-import os
 import re
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -43,19 +42,15 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "docs"))
 from stage_site import DOC_PAGES, repository_url, site_cells, site_pages  # noqa: E402
+from site_browser import VIEWPORTS, launch, open_page, resize, serve  # noqa: E402
 from transformer_lib.plotting import TEXT_SIZE_KEY  # noqa: E402
 
 SITE = ROOT / "build" / "site"
-CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SOURCES = ["README.md", "pyproject.toml", "images", "notebooks", "solutions", "docs/conf.py",
            "docs/stage_site.py", "docs/printed_tables.py", "docs/_static", "docs/_templates", "scripts/build_site.sh", *DOC_PAGES]
 # The front page, the notebooks, the solutions, the Markdown pages, and the pages Sphinx adds.
 PAGES = (["index.html"] + [Path(p).with_suffix(".html").as_posix() for p in site_pages()]
          + ["genindex.html", "search.html"])
-PAGE_TIMEOUT_MS = 30_000
-VIEWPORTS = {"phone": {"width": 390, "height": 844}, "laptop": {"width": 1366, "height": 900}}
 
 # Text the browser shows, without code, program output and typeset math: raw TeX left there
 # means MathJax did not render it.
@@ -245,38 +240,11 @@ def built_site() -> Path:
     return SITE
 
 
-@contextlib.contextmanager
-def serve(directory: Path):
-    """Serve `directory` on 127.0.0.1; yield its origin (`http://127.0.0.1:PORT`)."""
-    handler = functools.partial(QuietHandler, directory=str(directory))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-
-
 # Module scope: the browser and server are gone before nbval's kernels start (asyncio loops).
 @pytest.fixture(scope="module")
 def server(built_site):
     with serve(built_site) as origin:
         yield origin
-
-
-class QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format, *args):
-        pass
-
-
-def launch(playwright):
-    """Debian's chromium, never a browser downloaded by Playwright."""
-    if not Path(CHROMIUM).is_file():
-        pytest.fail(f"{CHROMIUM} not found: run `bash scripts/setup_env.sh` (it installs Debian's "
-                    "`chromium`), or point CHROMIUM_PATH at a Chromium or Chrome binary")
-    return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
 
 
 @pytest.fixture(scope="module")
@@ -289,51 +257,6 @@ def browser():
         browser = launch(playwright)
         yield browser
         browser.close()
-
-
-def open_page(browser, url: str, viewport=None):
-    """Open `url`; return (page, problems) once the page, its images, math and fonts are loaded."""
-    context = browser.new_context(viewport=viewport or VIEWPORTS["laptop"])
-    page = context.new_page()
-    page.set_default_timeout(PAGE_TIMEOUT_MS)
-    problems = []
-    origin = "{0.scheme}://{0.netloc}".format(urlsplit(url))
-
-    def route(route):
-        request_url = route.request.url
-        if urlsplit(request_url).scheme in ("data", "blob") or request_url.startswith(origin + "/"):
-            route.continue_()
-        else:
-            problems.append(f"request leaves 127.0.0.1: {request_url}")
-            route.abort()
-
-    context.route("**/*", route)
-    page.on("console", lambda msg: msg.type == "error" and problems.append(
-        f"console error: {msg.text} ({msg.location.get('url')})"))
-    page.on("pageerror", lambda error: problems.append(f"uncaught exception: {error}"))
-    page.on("requestfailed", lambda request: problems.append(
-        f"request failed: {request.url} ({request.failure})"))
-    page.on("response", lambda response: response.status >= 400 and problems.append(
-        f"HTTP {response.status}: {response.url}"))
-
-    response = page.goto(url, wait_until="load")
-    assert response is not None and response.ok, f"{url}: {response and response.status}"
-    if page.evaluate("() => document.querySelector('.math') !== null"):
-        page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise")
-        page.evaluate("() => MathJax.startup.promise.then(() => document.fonts.ready).then(() => true)")
-    # course.js has fitted the page: a wide table made cards, a formula too wide for its line given
-    # a scrolling line of its own.
-    page.wait_for_function("() => document.documentElement.dataset.courseMath === 'fitted'")
-    return page, problems
-
-
-def resize(page, viewport: dict) -> None:
-    """Give `page` another window size and wait until course.js has fitted the page to it."""
-    if page.viewport_size == viewport:
-        return  # no resize event: nothing to fit again
-    page.evaluate("() => { delete document.documentElement.dataset.courseMath; }")
-    page.set_viewport_size(viewport)
-    page.wait_for_function("() => document.documentElement.dataset.courseMath === 'fitted'")
 
 
 @pytest.mark.parametrize("name", PAGES)
