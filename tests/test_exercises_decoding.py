@@ -234,3 +234,8 @@ def cut_at_last_eos(model, src, mask, bos_id, eos_id, max_len):
 def test_greedy_named_beyond_the_issue(wrong, message):
     with pytest.raises(AssertionError, match=message):
         check_greedy_decode(wrong)
+
+
+def test_score_with_a_complex_power_is_named():
+    with pytest.raises(AssertionError, match="expected|complex"):
+        check_length_normalised_score(lambda lp, L, a: (lp / ((5 + L) / 6)) ** a)

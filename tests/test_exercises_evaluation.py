@@ -125,3 +125,14 @@ def test_ngram_precision_refuses_sacrebleu_and_reads_an_empty_hypothesis():
 
     with pytest.raises(AssertionError, match="ZeroDivisionError.*an empty hypothesis"):
         check_ngram_precision(crashes_on_empty)
+
+
+def test_ngram_with_a_repeated_word_is_counted():
+    def skips_repeats(hypothesis, reference, n):
+        grams = [tuple(hypothesis[i:i + n]) for i in range(len(hypothesis) - n + 1)]
+        ref = [tuple(reference[i:i + n]) for i in range(len(reference) - n + 1)]
+        matches = sum(min(grams.count(g), ref.count(g)) for g in set(grams) if n == 1 or len(set(g)) > 1)
+        return matches, len(grams)
+
+    with pytest.raises(AssertionError, match="the the cat"):
+        check_ngram_precision(skips_repeats)

@@ -232,3 +232,13 @@ class SkipsUnknown(Word):
 def test_word_unknown_words_left_out_are_named():
     with pytest.raises(AssertionError, match="it is not left out"):
         check_word_tokenizer(SkipsUnknown)
+
+
+class DecodesToList(Word):
+    def decode(self, ids):
+        return [self.itos[i] for i in ids]
+
+
+def test_word_decode_must_return_a_str():
+    with pytest.raises(AssertionError, match="decode must return the text, a str"):
+        check_word_tokenizer(DecodesToList)

@@ -361,3 +361,8 @@ def test_cooldown_more_wrong_answers(wrong, message):
 def test_training_slips_named_beyond_the_issue(check, wrong, message):
     with pytest.raises(AssertionError, match=message):
         check(wrong)
+
+
+def test_cooldown_that_starts_before_mid_run_is_checked():
+    with pytest.raises(AssertionError, match="cooldown=0.8"):
+        check_cooldown(lambda step, p, d, w, c: noam_lr(step, d, w) * (min(1.0, (1 - p) / c) if p > 0.5 else 1.0))

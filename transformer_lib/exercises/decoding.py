@@ -35,11 +35,17 @@ def _score_cases():
         yield -round(rng.uniform(0.01, 40), 4), rng.randint(3, 80), round(rng.uniform(0.1, 2), 3)
 
 
+def _real(value) -> float:
+    return math.nan if isinstance(value, complex) else float(value)
+
+
 def _check_score(your_function) -> None:
     for log_prob, length, alpha in _score_cases():
         expected = log_prob / length_penalty(length, alpha)
         got = call(your_function, log_prob, length, alpha, on=f"log_prob={log_prob}, length={length}, alpha={alpha}",
                    refuse=_NO_LENGTH_PENALTY)
+        assert not isinstance(got, complex), (f"log_prob={log_prob}, length={length}, alpha={alpha} gave the complex "
+                                              f"number {got}: raise only lp to the power α, never the negative log P")
         assert isinstance(got, (int, float)) or (torch.is_tensor(got) and got.numel() == 1), \
             f"return a number, got {type(got).__name__}"
         got = float(got)
@@ -68,9 +74,10 @@ def _check_score(your_function) -> None:
             hint = " Divide the sum by 6: ((5 + |Y|) / 6)^α, not (5 + |Y| / 6)^α (mind the parentheses)."
         if not hint:
             cases = list(_score_cases())
-            said = regime(cases, [math.isclose(float(call(your_function, lp_, n_, a_, on=f"log_prob={lp_}, length={n_}, "
+            said = regime(cases, [math.isclose(_real(call(your_function, lp_, n_, a_, on=f"log_prob={lp_}, length={n_}, "
                                                           f"alpha={a_}")), lp_ / length_penalty(n_, a_), rel_tol=1e-6)
-                                  for lp_, n_, a_ in cases], lambda c: "for α = 0" if c[2] == 0 else "for α > 0")
+                                  for lp_, n_, a_ in cases], lambda c: "for α = 0 or |Y| = 1 (lp = 1)" if c[2] == 0 or c[1] == 1
+                          else "for α > 0 and |Y| > 1")
             hint = (f" Your score is {said}: with α = 0 the score is log P itself, and for α > 0 it is "
                     "log P / ((5 + |Y|) / 6)^α." if said else " The score is log P / ((5 + |Y|) / 6)^α.")
         raise AssertionError(f"log_prob={log_prob}, length={length}, alpha={alpha}: expected {expected:.6f}, "

@@ -86,7 +86,8 @@ CASES = [("the the the the the the the", "the cat is on the mat"),        # Papi
          ("ball red the chased dog a", "a dog chased the red ball"),
          ("the mat", "the cat sat on the mat"),
          ("la la la kampo la", "la kampo la kampo"),
-         ("", "the cat sat")]                                                # an empty hypothesis: (0, 0)
+         ("", "the cat sat"),
+         ("the the cat", "the the cat sat")]                                # a repeated word inside an n-gram                                                # an empty hypothesis: (0, 0)
 
 
 def _fresh_cases() -> list[tuple[str, str]]:

@@ -44,6 +44,7 @@ def _check_tokenizer_on(tokenizer_class, train: list[str], unknown_text: str | N
         decoded = call(tokenizer.decode, ids, on=f"decoding {ids}, the ids of {text!r}", hint=lambda e: (
             "id i is the i-th known word counting from 1 (id 0 is <unk>): keep '<unk>' at index 0 of your list "
             "of words" if isinstance(e, (IndexError, KeyError)) else None))
+        assert isinstance(decoded, str), f"decode must return the text, a str, got {type(decoded).__name__} {decoded!r}"
         if decoded != text and isinstance(decoded, str) and decoded.split() != text.split():
             shifted = [words[i % len(words)] if 0 < i <= len(words) else "?" for i in ids]   # ids read one too high
             if " ".join(shifted) == decoded:

@@ -319,6 +319,7 @@ def check_cooldown(your_function) -> None:
         cases = [(cooldown, step, progress) for cooldown in (0.25, 0.5) for step, progress in (
             (1, 0.0), (150, 0.3), (300, 0.74), (310, 0.8), (350, 0.9), (400, 1.0))]
         cases += [(0.2, 320, 0.8)]                                         # the boundary: the ramp is still 1
+        cases += [(0.8, 100, 0.1), (0.8, 200, 0.4)]                        # a cooldown that starts before mid-run
         cases += [(drawn, rng.randint(1, 1000), p) for p in (rng.random(), 1 - drawn / 2, 1 - drawn)]
         for cooldown, step, progress in cases:
             noam = noam_lr(step, d_model, warmup)
