@@ -103,6 +103,13 @@ LAYOUT_JS = """() => {
         problems.push(`scrolls without the edge shadows: ${describe(el)}`);
     }
   }
+  // A formula course.js put on a scrolling line of its own must be wider than the box it is in.
+  for (const math of article.querySelectorAll('mjx-container.course-wide-math')) {
+    let box = math.parentElement;
+    while (box && getComputedStyle(box).display === 'inline') box = box.parentElement;
+    if (box && math.getClientRects().length && math.scrollWidth <= box.clientWidth)
+      problems.push(`a formula that fits its line (${math.scrollWidth} px in ${box.clientWidth} px) scrolls on a line of its own: ${describe(math)}`);
+  }
   // A table shown as cards: each shown cell names its column.
   for (const cell of article.querySelectorAll('table.course-stacked td')) {
     if (cell.getClientRects().length && !getComputedStyle(cell, '::before').content.includes(':'))

@@ -70,7 +70,11 @@
   function fitWideMath() {
     document.querySelectorAll('.bd-article mjx-container:not([display="true"])').forEach(function (math) {
       math.classList.remove("course-wide-math");
-      const block = math.parentElement.closest("p, li, dd, td, th, div, section");
+      let block = math.parentElement.closest("p, li, dd, td, th, div, section");
+      // A paragraph made inline (in a table's card) has no width of its own: measure its box.
+      while (block && getComputedStyle(block).display === "inline") {
+        block = block.parentElement.closest("p, li, dd, td, th, div, section");
+      }
       if (block && math.getBoundingClientRect().width > block.clientWidth) {
         math.classList.add("course-wide-math");
       }
