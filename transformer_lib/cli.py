@@ -114,13 +114,16 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--beam", type=positive_int, default=1, help="beam size, 1 = greedy (default: 1)")
         sub.add_argument("--alpha", type=nonnegative_float, default=0.6,
                          help="length penalty α for beam search (default: 0.6)")
-        sub.add_argument("--device", type=device_name, default=None, help="cuda, mps or cpu (default: the best present)")
-        sub.add_argument("--compile", action="store_true", help="torch.compile encode and decode (pays on large test sets)")
+        sub.add_argument("--device", type=device_name, default=None,
+                         help="cuda, mps or cpu (default: the best present)")
+        sub.add_argument("--compile", action="store_true",
+                         help="torch.compile encode and decode (pays on large test sets)")
         if name == "translate":
             sub.add_argument("sentences", nargs="*",
                              help="source sentences (default: stdin, one per line; a blank line gives a blank line)")
         else:
-            sub.add_argument("--split", default="test", help="split to score, multi30k: test_2016, test_2017 (default: test)")
+            sub.add_argument("--split", default="test",
+                             help="split to score, multi30k: test_2016, test_2017 (default: test)")
             sub.add_argument("--data-dir", type=path_argument, default=None,
                              help="multi30k runs: local folder (default: the one the run was trained from)")
             sub.add_argument("--limit", type=positive_int, default=None, help="score only the first N sentences")

@@ -5,7 +5,8 @@ Hand-written, not exported: a part of `runs.py` (the run folder), kept apart to 
 short. config.json records the model configuration, the data (corpus, languages, folder), the
 training settings that decide the updates (`TrainSettings.recorded()`), the number of processes,
 gradient accumulation and batch padding, the precision the run began in ("amp"), fingerprints
-(SHA-256) of its tokenizer and training pairs, the settings changed on resume ("changes"), and a random id that its checkpoints carry too ("run_id").
+(SHA-256) of its tokenizer and training pairs, the settings changed on resume ("changes"), and a
+random id that its checkpoints carry too ("run_id").
 Runs written before the "format" key (format 1) hold no fingerprints and no training settings;
 format 2 recorded no cooldown (0 then) and its checkpoints carry no identity.
 """
@@ -27,7 +28,8 @@ OPTION_OF_FIELD = {"d_model": "--d-model", "n_heads": "--heads", "d_ff": "--d-ff
                    "attention_dropout": "--attention-dropout", "activation_dropout": "--activation-dropout",
                    "seed": "--seed", "max_tokens": "--max-tokens", "warmup": "--warmup", "lr_factor": "--lr-factor",
                    "label_smoothing": "--label-smoothing", "cooldown": "--cooldown",
-                   "pad_to_multiple": "--pad-to-multiple, or --compile, which pads batches to a multiple of 8 and so makes other batches"}
+                   "pad_to_multiple": "--pad-to-multiple, or --compile, which pads batches to a multiple of 8 "
+                                      "and so makes other batches"}
 # Corpus languages when --src-lang/--tgt-lang are left out (as in load_pairs), so "de" and None compare equal.
 DEFAULT_LANGS = {"builtin": (None, None), "multi30k": ("de", "en"), "opus_books": ("en", "it")}
 
@@ -111,7 +113,8 @@ def _config_problem(meta) -> str | None:
     if problem or "format" not in meta:
         return problem
     training = meta["training"]
-    if not isinstance(training, dict) or not set(_TRAINING) <= set(training) <= set(_TRAINING) | set(_OPTIONAL_TRAINING):
+    allowed = set(_TRAINING) | set(_OPTIONAL_TRAINING)
+    if not isinstance(training, dict) or not set(_TRAINING) <= set(training) <= allowed:
         return f"\"training\" is {training!r}, expected an object with {', '.join(_TRAINING)} (and cooldown)"
     for name, (check, what) in {**_TRAINING, **_OPTIONAL_TRAINING}.items():
         if name in training and not check(training[name]):

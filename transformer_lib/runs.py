@@ -223,7 +223,8 @@ def read_checkpoint(run: Path, device="cpu") -> dict:
             raise RunError(one_line(error)) from None
         checkpoint = None
     state = checkpoint.get("state") if isinstance(checkpoint, dict) else None
-    if not (isinstance(state, dict) and isinstance(state.get("step"), int) and isinstance(checkpoint.get("model"), dict)):
+    if not (isinstance(state, dict) and isinstance(state.get("step"), int)
+            and isinstance(checkpoint.get("model"), dict)):
         raise RunError(f"{path} is empty, truncated or not a checkpoint of this library; restore it from a backup, "
                        "or delete it to train from scratch")
     return checkpoint
@@ -258,7 +259,8 @@ def check_identity(run: Path, meta: dict, checkpoint: dict) -> None:
                        f"{own['run_id']}); put back this run's checkpoint, or delete it to train from scratch")
     differ = [f"{part}.{key} {carried[part].get(key)!r} in the checkpoint, {own[part].get(key)!r} in config.json"
               for part in ("model", "training") if part == "model" or "training" in meta
-              for key in sorted(own[part].keys() | carried[part].keys()) if own[part].get(key) != carried[part].get(key)]
+              for key in sorted(own[part].keys() | carried[part].keys())
+              if own[part].get(key) != carried[part].get(key)]
     if own["fingerprints"] is not None and own["fingerprints"] != carried.get("fingerprints"):
         differ.append("the fingerprints of the tokenizer or the training data")
     if differ:

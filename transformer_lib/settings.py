@@ -59,8 +59,9 @@ class TrainSettings:
     d_ff: int = _setting(512, "--d-ff", "feed-forward hidden width", POSITIVE)
     layers: int = _setting(2, "--layers", "encoder layers and decoder layers (each)", POSITIVE)
     dropout: float = _setting(0.1, "--dropout", "dropout probability", PROBABILITY)
-    attention_dropout: float | None = _setting(None, "--attention-dropout", "dropout on attention weights (0 = the paper)",
-                                               PROBABILITY, shown="--dropout")
+    attention_dropout: float | None = _setting(None, "--attention-dropout",
+                                               "dropout on attention weights (0 = the paper)", PROBABILITY,
+                                               shown="--dropout")
     activation_dropout: float | None = _setting(None, "--activation-dropout",
                                                 "dropout on feed-forward hidden units (0 = the paper)", PROBABILITY,
                                                 shown="--dropout")
@@ -79,7 +80,8 @@ class TrainSettings:
                                "the rate falls linearly to 0", PROBABILITY)
     pad_to_multiple: int | None = _setting(None, "--pad-to-multiple",
                                            "pad each batch's lengths to a multiple of this; it decides which "
-                                           "sentences share a batch, so a run resumes only with the value it began with",
+                                           "sentences share a batch, so a run resumes only with the value it "
+                                           "began with",
                                            POSITIVE, shown=f"{COMPILE_PAD_TO_MULTIPLE} with --compile, else 1")
     seed: int = _setting(0, "--seed", "random seed (data order, init, dropout)",
                          _rule(int, lambda v: 0 <= v < SEED_LIMIT, f"an integer in [0, {SEED_LIMIT - 1}]"))
@@ -90,7 +92,8 @@ class TrainSettings:
     validate_every: int = _setting(50, "--validate-every", f"steps between validation losses (a multiple of "
                                    f"{LOG_EVERY}; 0 = never; corpora with a valid split)",
                                    _rule(int, lambda v: 0 <= v <= INT_LIMIT and v % LOG_EVERY == 0,
-                                         f"an integer >= 0 and a multiple of {LOG_EVERY} (the steps between logged losses; 0 = never)"))
+                                         f"an integer >= 0 and a multiple of {LOG_EVERY} (the steps between "
+                                         "logged losses; 0 = never)"))
     checkpoint_every: int = _setting(100, "--checkpoint-every", "steps between checkpoints", POSITIVE)
     # --- where and how fast (not recorded: a run may resume elsewhere) ---
     device: str | None = _setting(None, "--device", "cuda, cuda:N, mps or cpu", shown="the best present")
@@ -99,7 +102,8 @@ class TrainSettings:
                         f"measured faster (runs of >= {AMP_MEASURE_MIN_STEPS} steps), else float32. bf16: CUDA or a "
                         "CPU; fp16: CUDA; none: float32", choices=AMP_CHOICES)
     threads: int | None = _setting(None, "--threads", "CPU threads for torch",
-                                   _rule(int, lambda v: 0 < v <= 1024, "an integer in [1, 1024]"), shown="torch's choice")
+                                   _rule(int, lambda v: 0 < v <= 1024, "an integer in [1, 1024]"),
+                                   shown="torch's choice")
     compile: bool = _setting(False, "--compile", "torch.compile the model (minutes up front; pays on GPUs)", flag=True,
                              shown="off")
     progress: bool = _setting(True, "--no-progress", "hide the progress bar", flag=True, inverted=True, shown="shown")

@@ -164,7 +164,8 @@ def _prepare(folder: RunFolder, s: TrainSettings, device, processes: int, write:
     from transformer_lib.data import TranslationData, load_pairs
     from transformer_lib.model import build_transformer
     from transformer_lib.tokenization import train_bpe_tokenizer
-    from transformer_lib.training import LabelSmoothingLoss, load_weights, make_optimizer, translation_loss, validation_loss
+    from transformer_lib.training import (LabelSmoothingLoss, load_weights, make_optimizer, translation_loss,
+                                          validation_loss)
     old_meta, changes = None, []
     if folder.exists():
         folder.read(device, need_checkpoint=False)
@@ -219,7 +220,8 @@ def _prepare(folder: RunFolder, s: TrainSettings, device, processes: int, write:
             "run_id": (old_meta or {}).get("run_id") or uuid.uuid4().hex}
     if old_meta is not None:        # what an older run did not record is recorded now; what changed, with its step
         step = folder.checkpoint["state"]["step"] if folder.checkpoint else 0
-        meta = {**meta, "format": old_meta.get("format", 1), "fingerprints": old_meta.get("fingerprints", meta["fingerprints"]),
+        meta = {**meta, "format": old_meta.get("format", 1),
+                "fingerprints": old_meta.get("fingerprints", meta["fingerprints"]),
                 "changes": old_meta.get("changes", []) + [{"step": step, "change": c} for c in changes]}
     meta["amp"] = (old_meta or {}).get("amp") or amp or "float32"
     if write and meta != old_meta:       # everything checked: only now is the folder written
