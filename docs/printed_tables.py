@@ -20,6 +20,9 @@ import re
 
 # A phone's output box shows about 43 characters of a line; a narrower text table reads fine as text.
 TEXT_TABLE_MIN_CHARS = 44
+# A table with a header line is looked for in the first lines of a paragraph only (the search is
+# quadratic in its length; the notebooks print at most a few dozen lines at a time).
+TEXT_TABLE_MAX_LINES = 120
 NUMBER = re.compile(r"[-+]?(?:\d[\d,]*)?\.?\d+[%MkK]?")
 
 
@@ -58,7 +61,7 @@ def text_table(lines: list[str]) -> tuple[list[str], list[list[str]], int] | Non
     """(header, rows, lines used) when `lines` starts with a text table, else None: a header line
     naming every column, then at least two rows of at least three columns, no cell of which holds a
     run of blanks (that would be two cells) or only punctuation (a printed tensor's brackets)."""
-    for end in range(len(lines), 2, -1):                     # the longest table wins
+    for end in range(min(len(lines), TEXT_TABLE_MAX_LINES), 2, -1):   # the longest table wins
         rows = lines[1:end]
         if max(map(len, lines[:end])) < TEXT_TABLE_MIN_CHARS:
             return None
@@ -99,14 +102,26 @@ def column_name(label: str) -> str:
         label = name
 
 
+def template_run(lines: list[str]) -> list[list[str]]:
+    """The first lines of `lines` printed from the first one's template, each split into its words
+    and its numbers (words, number, words, ..., words)."""
+    words = lambda line_parts: [" ".join(t.split()) for t in line_parts[::2]]  # noqa: E731
+    parts = [FILLED_NUMBER.split(lines[0])] if lines else []
+    for line in lines[1:]:
+        line_parts = FILLED_NUMBER.split(line)
+        if len(line_parts) != len(parts[0]) or words(line_parts) != words(parts[0]):
+            break
+        parts.append(line_parts)
+    return parts
+
+
 def template_table(lines: list[str]) -> tuple[list[str], list[list[str]], int] | None:
     """(header, rows, lines used) when `lines` starts with at least three lines printed from one
     template (the same words, numbers that differ) with at least two columns, else None. A column
     is a number that varies, or one the same on every line given as a value (after `=` or `:`); the
     words before it name it, and other numbers the same on every line are words."""
-    parts = [FILLED_NUMBER.split(line) for line in lines]
-    words = lambda line_parts: [" ".join(t.split()) for t in line_parts[::2]]  # noqa: E731
-    end = next((k for k, p in enumerate(parts) if len(p) != len(parts[0]) or words(p) != words(parts[0])), len(parts))
+    parts = template_run(lines)
+    end = len(parts)
     if end < 3 or max(map(len, lines[:end])) < TEXT_TABLE_MIN_CHARS:
         return None
     varying = [k for k in range(1, len(parts[0]), 2) if len({p[k] for p in parts[:end]}) > 1]
@@ -143,9 +158,10 @@ def split_text_tables(text: str) -> list[str | tuple[list[str], list[list[str]],
             (j for j in range(i, len(lines)) if not lines[j].strip()), len(lines))]]
         starts = i == 0 or not lines[i - 1].strip()
         table = (text_table(paragraph) if starts else None) or template_table(paragraph)
-        if table is None:
-            plain.append(lines[i])
-            i += 1
+        if table is None:   # the lines printed from this one's template are no table either
+            skip = max(1, len(template_run(paragraph)))
+            plain += lines[i:i + skip]
+            i += skip
             continue
         header, rows, used = table
         pieces += ["".join(plain)] if "".join(plain).strip() else []
