@@ -734,3 +734,25 @@ def test_help_says_each_default_once_and_right():
             shown = f.metadata["shown"] if f.metadata["shown"] is not None else f.default
             assert re.search(rf"\(default: {re.escape(str(shown))}\)$", action.help), (action.help, shown)
             assert action.dest == f.name and (action.default == f.default or f.metadata.get("flag"))
+
+
+def test_folder_made_read_only_mid_run(tmp_path, monkeypatch):
+    """It used to name train.lock, leave it locked behind, and lose the steps without saying so. Root
+    writes anywhere, so the folder's refusal is made by failing the checkpoint's temporary file."""
+    import errno
+
+    from transformer_lib import runs, training
+    real = training.os.open
+
+    def read_only(path, flags, *args, **kwargs):
+        if str(path).endswith("checkpoint.pt.tmp") and flags & os.O_CREAT:
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real(path, flags, *args, **kwargs)
+    monkeypatch.setattr(training.os, "open", read_only)
+    result = train(tmp_path / "run")
+    announced, _, rest = result.stderr.partition("\n")
+    assert announced.startswith("precision: ")
+    line = assert_refused(subprocess.CompletedProcess(result.args, result.returncode, result.stdout, rest),
+                          "cannot write", "checkpoint.pt at step 1", "Permission denied", "make", "writable")
+    assert "train.lock" not in line
+    assert runs.lock_holder(tmp_path / "run") is None, "the lock is free for the next train"
