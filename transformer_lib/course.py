@@ -95,12 +95,19 @@ def save_figure(fig, name: str, dpi: int = 100) -> Path | None:
     folder = os.environ.get(FIGURES_ENV)
     if not folder:
         return None
+    from transformer_lib.plotting import TEXT_SIZE_KEY, smallest_font_pt
+
     buffer = io.BytesIO()
-    # No "Software" entry: the PNG's bytes then depend on the picture, not on matplotlib's version.
-    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight", metadata={"Software": None})
+    # No "Software" entry: the PNG's bytes then depend on the picture, not on matplotlib's version. The
+    # smallest font goes in, as for the notebooks' own figures, so the site test can measure its text.
+    smallest = smallest_font_pt(fig)
+    metadata = {"Software": None} | ({TEXT_SIZE_KEY: f"{smallest:g}"} if smallest is not None else {})
+    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight", metadata=metadata)
     path = Path(folder) / name
     if path.is_file() and not figure_changed(path.read_bytes(), buffer.getvalue()):
         return None
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(buffer.getvalue())
+    partial = path.with_name(f".{path.name}.partial")       # written whole, then renamed over the old one
+    partial.write_bytes(buffer.getvalue())
+    os.replace(partial, path)
     return path

@@ -20,14 +20,35 @@ CPU_BF16_MARGIN = 0.95
 
 
 def pick_device(prefer: str | None = None) -> torch.device:
-    """Return `prefer` if given, else the best accelerator present, else the CPU."""
+    """Return `prefer` if given (ValueError if it is not a device or not present here), else the best
+    accelerator present, else the CPU."""
     if prefer is not None:
-        return torch.device(prefer)
+        return _present_device(prefer)
     if torch.cuda.is_available():
         return torch.device("cuda")
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
         return torch.device("mps")
     return torch.device("cpu")
+
+
+def _present_device(name) -> torch.device:
+    """`name` as a torch.device, refused with a ValueError that says what is here instead when this
+    machine has no such device (torch's own error comes later, from deep inside a tensor copy)."""
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError) as error:
+        raise ValueError(f"{name!r} is not a device: use cpu, cuda, cuda:N or mps ({error})") from None
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ValueError(f"device {name!r}: no CUDA device is visible here (torch {torch.__version__}"
+                             f"{', built without CUDA' if torch.version.cuda is None else ''}); use cpu")
+        if device.index is not None and device.index >= count:
+            raise ValueError(f"device {name!r}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
+    if device.type == "mps" and not (getattr(torch.backends, "mps", None) is not None
+                                     and torch.backends.mps.is_available()):
+        raise ValueError(f"device {name!r}: MPS (Apple's GPU) is not available here; use cpu")
+    return device
 
 
 def cpu_has_native_bf16() -> bool:
