@@ -66,6 +66,14 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
+def attention_head(text: str) -> int | str:
+    """A head number (from 1) or 'mean' (the mean of the heads)."""
+    if text == "mean":
+        return text
+    return checked_number({"kind": int, "ok": lambda v: 0 < v <= INT_LIMIT,
+                           "wanted": "a head number from 1, or mean"})(text)
+
+
 def device_name(text: str) -> str:
     """cpu, cuda, cuda:N or mps (whether it is present is checked when the command runs)."""
     if not re.fullmatch(r"cpu|cuda(:\d{1,4})?|mps", text):
@@ -121,6 +129,14 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "translate":
             sub.add_argument("sentences", nargs="*",
                              help="source sentences (default: stdin, one per line; a blank line gives a blank line)")
+            sub.add_argument("--attention", type=path_argument, default=None, metavar="FILE.png|FOLDER",
+                             help="also draw each translation's cross-attention (source tokens against output "
+                                  "tokens): into FILE.png for one sentence, or into FOLDER as 001.png, 002.png, ... "
+                                  "numbered by input sentence (default: none)")
+            sub.add_argument("--attention-layer", type=positive_int, default=None, metavar="N",
+                             help="decoder layer to draw, 1 = the first (default: the last)")
+            sub.add_argument("--attention-head", type=attention_head, default="mean", metavar="N|mean",
+                             help="head to draw, 1 = the first, or mean of the heads (default: mean)")
         else:
             sub.add_argument("--split", default="test",
                              help="split to score, multi30k: test_2016, test_2017 (default: test)")
@@ -184,14 +200,53 @@ def _input_lines(args) -> tuple[list[str], list[str]]:
     return lines, [f"line {i} of stdin" for i in range(1, len(lines) + 1)]
 
 
+def _attention_paths(args, meta: dict, count: int, keep: list[int]) -> dict[int, Path]:
+    """Where `--attention` draws the map of each input kept (by position), after checking the options
+    against the model and the path: FILE.png for one sentence, else FOLDER/001.png, 002.png, ..."""
+    from transformer_lib import runs
+    layers, heads = meta["model"]["n_decoder_layers"], meta["model"]["n_heads"]
+    if args.attention_layer is not None and args.attention_layer > layers:
+        raise RunError(f"--attention-layer {args.attention_layer}: this model has {layers} decoder layers; "
+                       f"give 1 to {layers} (default: the last)")
+    if args.attention_head != "mean" and args.attention_head > heads:
+        raise RunError(f"--attention-head {args.attention_head}: this model has {heads} heads; give 1 to {heads} "
+                       "or mean (default: mean)")
+    target = args.attention
+    if target.suffix.lower() == ".png":
+        if len(keep) != 1:
+            raise RunError(f"--attention {target} is one image but {len(keep)} sentences were given; give a folder "
+                           "(--attention maps) for one image a sentence")
+        runs.check_output_file(target, "--attention")
+        return {keep[0]: target}
+    runs.check_writable(target, "--attention", folder=True)
+    width = max(3, len(str(count)))
+    return {i: target / f"{i + 1:0{width}d}.png" for i in keep}
+
+
 def translate_command(args) -> list[str]:
-    """One translation per input sentence, in order; a blank input gives a blank output."""
+    """One translation per input sentence, in order; a blank input gives a blank output. With
+    `--attention`, each translation's cross-attention is drawn as well (transformer_lib.attention_map)."""
     from transformer_lib.evaluation import translate
+    if args.attention is None and (args.attention_layer is not None or args.attention_head != "mean"):
+        raise RunError("--attention-layer and --attention-head choose what --attention draws; add --attention "
+                       "FILE.png (or FOLDER)")
+    if args.attention is not None and args.compile:
+        raise RunError("--attention reads the weights of an uncompiled pass; drop --compile")
     model, tokenizer, meta = _load_for_decoding(args)
     lines, labels = _input_lines(args)
     keep = [i for i, line in enumerate(lines) if line.strip()]
     _check_source_lengths(tokenizer, [lines[i] for i in keep], [labels[i] for i in keep], meta["model"]["max_len"])
     outputs = [""] * len(lines)
+    if args.attention is not None:
+        from transformer_lib.attention_map import draw_attention_map, translate_with_attention
+        paths = _attention_paths(args, meta, len(lines), keep)
+        for i, path in paths.items():
+            path.parent.mkdir(parents=True, exist_ok=True)         # the folder of --attention FOLDER
+            result = translate_with_attention(model, tokenizer, lines[i], beam_size=args.beam, alpha=args.alpha,
+                                              layer=args.attention_layer, head=args.attention_head)
+            draw_attention_map(result, path)
+            outputs[i] = result.translation
+        return outputs
     for i, translation in zip(keep, translate(model, tokenizer, [lines[i] for i in keep], beam_size=args.beam,
                                               alpha=args.alpha)):
         outputs[i] = translation
