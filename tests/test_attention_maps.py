@@ -3,12 +3,14 @@ computed for exactly the tokens the decoder emitted (greedy and beam search), th
 are checked, and the drawn PNG is readable at its native size: every label a token, no two labels
 overlapping, no text below 10 px, for short and long sentences."""
 import copy
+import warnings
 
 import pytest
 import torch
 from torch import nn
 
-from transformer_lib.attention_map import SentenceAttention, draw_attention_map, translate_with_attention
+from transformer_lib.attention_map import (MissingGlyphsWarning, SentenceAttention, draw_attention_map,
+                                           translate_with_attention)
 from transformer_lib.evaluation import translate
 from transformer_lib.model import TransformerConfig, build_transformer
 from transformer_lib.plotting import smallest_font_pt
@@ -191,3 +193,23 @@ def test_drawing_writes_only_png_files(tmp_path):
     with pytest.raises(ValueError, match="ending in .png"):
         draw_attention_map(synthetic(2, 3), tmp_path / "map.jpg")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_characters_dejavu_lacks_come_from_another_installed_font(tmp_path):
+    attention = synthetic(3, 4)
+    attention.src_tokens[1] = "▁Ⓐb"                  # not in DejaVu Sans; STIX (shipped with matplotlib) has it
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fig = draw_attention_map(attention, tmp_path / "map.png")
+    assert [str(w.message) for w in caught] == []
+    assert len(fig.axes[0].get_xticklabels()[1].get_fontfamily()) > 1
+
+
+def test_characters_no_font_has_are_named_once(tmp_path):
+    attention = synthetic(3, 4)
+    attention.src_tokens[1] = "▁a\u0378"              # an unassigned code point: no font draws it
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        draw_attention_map(attention, tmp_path / "map.png")
+    assert [(w.category, "\u0378" in str(w.message)) for w in caught] == [(MissingGlyphsWarning, True)]
+    assert (tmp_path / "map.png").is_file()
