@@ -16,15 +16,17 @@ esac
 bash scripts/setup_env.sh
 mkdir -p build/notebooks
 # The kernels talk to nbconvert over local sockets (IPC), not TCP: over TCP every kernel warns that
-# its traffic is unencrypted, a warning a learner can do nothing about. Windows has no IPC transport.
+# its traffic is unencrypted, a warning a learner can do nothing about. The sockets' path is absolute
+# (Jupyter's runtime folder), since a kernel runs in its notebook's folder and a relative one would
+# name another place there. Windows has no IPC transport.
 case "$(uname -s)" in
-    MINGW*|MSYS*|CYGWIN*) transport=tcp ;;
-    *) transport=ipc ;;
+    MINGW*|MSYS*|CYGWIN*) transport=(--KernelManager.transport=tcp) ;;
+    *) transport=(--KernelManager.transport=ipc --KernelManager.ip="$(.venv/bin/jupyter --runtime-dir)/kernel-ipc") ;;
 esac
 for notebook in notebooks/[0-9][0-9]_*.ipynb; do
     started=$SECONDS
     .venv/bin/jupyter nbconvert --to notebook --execute --output-dir build/notebooks "$notebook" \
-        --ExecutePreprocessor.timeout=1800 --KernelManager.transport="$transport" --log-level ERROR
+        --ExecutePreprocessor.timeout=1800 "${transport[@]}" --log-level ERROR
     echo "== $notebook ran in $((SECONDS - started)) s"
 done
 echo "== the course model (trained on the built-in corpus by notebook 11) translates:"

@@ -11,9 +11,10 @@ bash scripts/setup_env.sh
 if [ "$(id -u)" = 0 ]; then set -- --allow-root "$@"; fi
 echo "Opening Jupyter Lab at notebooks/00_course_map.ipynb (stop it with Ctrl+C)"
 # Kernels talk to Jupyter over local sockets (IPC), not TCP, so none prints a warning about
-# unencrypted TCP traffic that a learner can do nothing about. Windows has no IPC transport.
+# unencrypted TCP traffic that a learner can do nothing about; the sockets live in Jupyter's runtime
+# folder (an absolute path: each kernel runs in its notebook's folder). Windows has no IPC transport.
 case "$(uname -s)" in
     MINGW*|MSYS*|CYGWIN*) ;;
-    *) set -- --KernelManager.transport=ipc "$@" ;;
+    *) set -- --KernelManager.transport=ipc --KernelManager.ip="$(.venv/bin/jupyter --runtime-dir)/kernel-ipc" "$@" ;;
 esac
 exec .venv/bin/jupyter lab --ServerApp.root_dir="$PWD" notebooks/00_course_map.ipynb "$@"
