@@ -13,9 +13,7 @@ Data-parallel training: `torchrun --standalone --nproc_per_node=N -m transformer
 import argparse
 import dataclasses
 import json
-import math
 import os
-import re
 import shlex
 import signal
 import sys
@@ -23,47 +21,16 @@ import time
 from pathlib import Path
 
 from transformer_lib.run_config import RunError, one_line
-from transformer_lib.settings import INT_LIMIT, TrainSettings
+from transformer_lib.settings import (INT_LIMIT, TrainSettings, add_setting, checked_number, device_name,  # noqa: F401
+                                      parse_duration, path_argument)
 
 # torch and the course's other modules are imported inside the commands, after argparse has checked
 # the arguments: a mistyped option is answered at once instead of after torch's seconds of import.
 
 
-def checked_number(rule: dict):
-    """An argparse `type` that parses `rule["kind"]` and accepts finite values where `rule["ok"]` holds."""
-    def parse(text: str):
-        try:
-            value = rule["kind"](text)
-        except (ValueError, OverflowError):
-            raise argparse.ArgumentTypeError(f"must be {rule['wanted']}, got {text!r}") from None
-        if not (math.isfinite(value) and rule["ok"](value)):
-            raise argparse.ArgumentTypeError(f"must be {rule['wanted']}, got {text!r}")
-        return value
-    return parse
-
-
 positive_int = checked_number({"kind": int, "ok": lambda v: 0 < v <= INT_LIMIT,
                                "wanted": f"a positive integer (at most {INT_LIMIT})"})
 nonnegative_float = checked_number({"kind": float, "ok": lambda v: v >= 0, "wanted": "a finite number >= 0"})
-
-
-def path_argument(text: str) -> Path:
-    """A path that is not empty: '' would mean the current folder."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError(f"must be a path, got {text!r} (an empty path would mean the current folder)")
-    return Path(text)
-
-
-def parse_duration(text: str) -> float:
-    """'90', '90s', '25m' or '1.5h' -> seconds (finite, > 0)."""
-    units = {"s": 1, "m": 60, "h": 3600}
-    try:
-        seconds = float(text[:-1]) * units[text[-1]] if text[-1] in units else float(text)
-    except (ValueError, IndexError, OverflowError):
-        seconds = float("nan")
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 90s, 25m, 1.5h)")
-    return seconds
 
 
 def attention_head(text: str) -> int | str:
@@ -72,13 +39,6 @@ def attention_head(text: str) -> int | str:
         return text
     return checked_number({"kind": int, "ok": lambda v: 0 < v <= INT_LIMIT,
                            "wanted": "a head number from 1, or mean"})(text)
-
-
-def device_name(text: str) -> str:
-    """cpu, cuda, cuda:N or mps (whether it is present is checked when the command runs)."""
-    if not re.fullmatch(r"cpu|cuda(:\d{1,4})?|mps", text):
-        raise argparse.ArgumentTypeError(f"unknown device {text!r}; use cpu, cuda, cuda:N or mps")
-    return text
 
 
 def _is_main_process() -> bool:
@@ -93,28 +53,13 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n" if _is_main_process() else None)
 
 
-def _add_setting(parser: argparse.ArgumentParser, f: dataclasses.Field) -> None:
-    """One option for one field of TrainSettings, its default said once, from the field."""
-    meta = f.metadata
-    shown = meta["shown"] if meta["shown"] is not None else f.default
-    text = f"{meta['help']} (default: {shown})"
-    if meta.get("flag"):
-        parser.add_argument(meta["option"], dest=f.name, action="store_false" if meta.get("inverted") else "store_true",
-                            help=text)
-        return
-    kind = (parse_duration if meta.get("duration") else path_argument if meta.get("path")
-            else device_name if f.name == "device" else checked_number(meta["rule"]) if meta["rule"] else None)
-    parser.add_argument(meta["option"], dest=f.name, type=kind, default=f.default, choices=meta.get("choices"),
-                        help=text)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m transformer_lib", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     train = commands.add_parser("train", help="train a model; resumes if the run folder has a checkpoint")
     train.add_argument("--run", type=path_argument, required=True, help="run folder (see transformer_lib/runs.py)")
     for f in dataclasses.fields(TrainSettings):
-        _add_setting(train, f)
+        add_setting(train, f)
     for name, text in (("translate", "translate sentences (arguments, or one per line on stdin)"),
                        ("evaluate", "score a trained model on a test split with sacreBLEU")):
         sub = commands.add_parser(name, help=text)
@@ -138,8 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("--attention-head", type=attention_head, default="mean", metavar="N|mean",
                              help="head to draw, 1 = the first, or mean of the heads (default: mean)")
         else:
-            sub.add_argument("--split", default="test",
-                             help="split to score, multi30k: test_2016, test_2017 (default: test)")
+            sub.add_argument("--split", default="test", help="the run's split to score: train, valid, test (given or "
+                             "carved as at training); multi30k also test_2016, test_2017 (default: test)")
+            sub.add_argument("--data", default=None, help="score these pairs instead, written as train --data "
+                             "(files:SRC,TGT, tsv:FILE, csv:FILE, hub:NAME[:CONFIG]) (default: the run's --split)")
             sub.add_argument("--data-dir", type=path_argument, default=None,
                              help="multi30k runs: local folder (default: the one the run was trained from)")
             sub.add_argument("--limit", type=positive_int, default=None, help="score only the first N sentences")
@@ -254,21 +201,16 @@ def translate_command(args) -> list[str]:
 
 
 def evaluate_command(args) -> dict:
+    """Score the run on its own `--split` (its recorded data source's, carved again by its recorded
+    seed), or on the pairs of `--data`."""
     from transformer_lib import runs
-    from transformer_lib.data import BUILTIN_SPLITS, MULTI30K_SPLITS, load_pairs
     from transformer_lib.evaluation import score_translations, translate
-    from transformer_lib.train_run import check_data_dir
+    from transformer_lib.run_config import evaluation_pairs
     if args.output is not None:      # refused now, not after the whole decode
         runs.check_output_file(args.output, "--output")
     model, tokenizer, meta = _load_for_decoding(args)
-    splits = {"builtin": BUILTIN_SPLITS, "multi30k": tuple(MULTI30K_SPLITS), "opus_books": ()}[meta["data"]]
-    if args.split not in splits:
-        raise RunError(f"--split {args.split}: the run's corpus {meta['data']} has "
-                       + (f"the test splits {', '.join(s for s in splits if s not in ('train', 'valid'))}"
-                          if splits else "no test split (the Hub publishes train only)"))
-    check_data_dir(meta["data"], args.data_dir)
-    data_dir = args.data_dir or (meta.get("data_dir") if meta["data"] == "multi30k" else None)
-    pairs = load_pairs(meta["data"], args.split, meta.get("src_lang"), meta.get("tgt_lang"), data_dir, limit=args.limit)
+    pairs = evaluation_pairs(args.run, meta, args.split, args.data_dir, args.data)[:args.limit]
+    args.split = args.split if args.data is None else args.data
     _check_source_lengths(tokenizer, [s for s, _ in pairs], [f"sentence {i} of {args.split}" for i in
                                                              range(1, len(pairs) + 1)], meta["model"]["max_len"])
     start = time.perf_counter()

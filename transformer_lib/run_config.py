@@ -5,17 +5,20 @@ Hand-written, not exported: a part of `runs.py` (the run folder), kept apart to 
 short. config.json records the model configuration, the data (corpus, languages, folder), the
 training settings that decide the updates (`TrainSettings.recorded()`), the number of processes,
 gradient accumulation and batch padding, the precision the run began in ("amp"), fingerprints
-(SHA-256) of its tokenizer and training pairs, the settings changed on resume ("changes"), and a
-random id that its checkpoints carry too ("run_id").
+(SHA-256) of its tokenizer and training pairs (and of its validation and test pairs), where its data
+came from ("source", a `sources.DataSource` as a dict), the settings changed on resume ("changes"),
+and a random id that its checkpoints carry too ("run_id"). It also says which pairs `evaluate` scores.
 Runs written before the "format" key (format 1) hold no fingerprints and no training settings;
-format 2 recorded no cooldown (0 then) and its checkpoints carry no identity.
+format 2 recorded no cooldown (0 then) and its checkpoints carry no identity; runs written before
+data sources (format 3 without "source") name a corpus only, read as it was then.
 """
 import dataclasses
 import json
 import math
+import os
 from pathlib import Path
 
-from transformer_lib.settings import CHANGEABLE_ON_RESUME, CORPORA, SEED_LIMIT
+from transformer_lib.settings import CHANGEABLE_ON_RESUME, DATA_KINDS, SEED_LIMIT, SOURCE_FIELDS, option_of
 
 FORMAT = 3
 CONFIG = "config.json"
@@ -29,7 +32,14 @@ OPTION_OF_FIELD = {"d_model": "--d-model", "n_heads": "--heads", "d_ff": "--d-ff
                    "seed": "--seed", "max_tokens": "--max-tokens", "warmup": "--warmup", "lr_factor": "--lr-factor",
                    "label_smoothing": "--label-smoothing", "cooldown": "--cooldown",
                    "pad_to_multiple": "--pad-to-multiple, or --compile, which pads batches to a multiple of 8 "
-                                      "and so makes other batches"}
+                                      "and so makes other batches",
+                   **{f"source.{field}": option_of(name) for name, field in SOURCE_FIELDS.items()},
+                   "source.name": "--data hub:NAME", "source.config": "--data hub:NAME:CONFIG"}
+# What of the recorded data source a resume compares: the kind (as "data"), languages and folder are compared
+# apart (with their defaults) or not at all (a moved folder), and where the files lie not (a moved file holds the
+# same pairs): the fingerprints of the pairs read decide.
+SOURCE_NOT_COMPARED = ("kind", "src_lang", "tgt_lang", "data_dir", "train", "valid", "test")
+SPLIT_NAMES = {"train": "training", "valid": "validation", "test": "test"}
 # Corpus languages when --src-lang/--tgt-lang are left out (as in load_pairs), so "de" and None compare equal.
 DEFAULT_LANGS = {"builtin": (None, None), "multi30k": ("de", "en"), "opus_books": ("en", "it")}
 
@@ -55,7 +65,7 @@ def _number(low: float, high: float | None = None, open_low: bool = False):
 
 
 _OPTIONAL_TEXT = (lambda v: v is None or (isinstance(v, str) and v.strip() != ""), "null or a non-empty string")
-_TOP_LEVEL = {"data": (lambda v: v in CORPORA, f"one of {', '.join(CORPORA)}"),
+_TOP_LEVEL = {"data": (lambda v: v in DATA_KINDS, f"one of {', '.join(DATA_KINDS)}"),
               "src_lang": _OPTIONAL_TEXT, "tgt_lang": _OPTIONAL_TEXT, "data_dir": _OPTIONAL_TEXT,
               "vocab_size": (lambda v: v is None or _int(1)[0](v), "null or an integer >= 1"),
               "processes": _int(1), "accumulate": _int(1), "pad_to_multiple": _int(1),
@@ -121,8 +131,24 @@ def _config_problem(meta) -> str | None:
             return f"\"training\".\"{name}\" is {training[name]!r}, expected {what}"
     prints = meta["fingerprints"]
     if not (isinstance(prints, dict) and isinstance(prints.get("tokenizer"), str)
-            and isinstance(prints.get("train_pairs"), dict)):
-        return f"\"fingerprints\" is {prints!r}, expected an object with \"tokenizer\" and \"train_pairs\""
+            and all(isinstance(prints.get(f"{split}_pairs"), dict) for split in SPLIT_NAMES
+                    if split == "train" or f"{split}_pairs" in prints)):
+        return (f"\"fingerprints\" is {prints!r}, expected an object with \"tokenizer\" and \"train_pairs\" "
+                "(and valid_pairs, test_pairs)")
+    return _source_problem(meta)
+
+
+def _source_problem(meta: dict) -> str | None:
+    """What is wrong with the recorded data source (not recorded before data sources: None)."""
+    if "source" not in meta:
+        return None
+    from transformer_lib.sources import DataSource
+    try:
+        source = DataSource.from_dict(meta["source"])
+    except (ValueError, TypeError) as error:
+        return f"\"source\" is not a data source ({one_line(error)[:200]})"
+    if source.kind != meta["data"]:
+        return f"\"source\" is a {source.kind} source, but \"data\" says {meta['data']}"
     return None
 
 
@@ -146,22 +172,31 @@ def read_config(run: Path):
 
 
 def new_config(config, data: str, src_lang, tgt_lang, data_dir, vocab_size: int, processes: int, accumulate: int,
-               training: dict, tokenizer_fingerprint: str, train_pairs: dict, pad_to_multiple: int = 1) -> dict:
-    """The config.json of a run: what decides its model, tokenizer, data, batches and updates."""
-    default_src, default_tgt = DEFAULT_LANGS[data]
-    return {"format": FORMAT, "model": dataclasses.asdict(config), "data": data, "src_lang": src_lang or default_src,
+               training: dict, tokenizer_fingerprint: str, train_pairs: dict, pad_to_multiple: int = 1,
+               source: dict | None = None, split_prints: dict | None = None) -> dict:
+    """The config.json of a run: what decides its model, tokenizer, data, batches and updates; with
+    `source` (a DataSource's to_dict) where its data came from, with `split_prints` the fingerprints
+    of its validation and test pairs ({"valid": ..., "test": ...})."""
+    default_src, default_tgt = DEFAULT_LANGS.get(data, (None, None))
+    meta = {"format": FORMAT, "model": dataclasses.asdict(config), "data": data, "src_lang": src_lang or default_src,
             "tgt_lang": tgt_lang or default_tgt, "data_dir": None if data_dir is None else str(data_dir),
             "vocab_size": vocab_size, "processes": processes, "accumulate": accumulate, "training": dict(training),
             "pad_to_multiple": pad_to_multiple, "fingerprints": {"tokenizer": tokenizer_fingerprint,
                                                                  "train_pairs": train_pairs}}
+    if source is not None:
+        meta["source"] = json.loads(json.dumps(source))        # as config.json gives it back (tuples as lists)
+    for split, pairs_print in (split_prints or {}).items():
+        meta["fingerprints"][f"{split}_pairs"] = pairs_print
+    return meta
 
 
 def _compared(meta: dict) -> dict:
     src_lang, tgt_lang = DEFAULT_LANGS.get(meta.get("data"), (None, None))
     training = {"cooldown": 0.0, **meta.get("training", {})} if "training" in meta else {}
+    source = {f"source.{k}": v for k, v in meta.get("source", {}).items() if k not in SOURCE_NOT_COMPARED}
     return {**meta.get("model", {}), "data": meta.get("data"), "src_lang": meta.get("src_lang") or src_lang,
             "tgt_lang": meta.get("tgt_lang") or tgt_lang, "vocab_size": meta.get("vocab_size"),
-            "pad_to_multiple": meta.get("pad_to_multiple", 1), **training}
+            "pad_to_multiple": meta.get("pad_to_multiple", 1), **training, **source}
 
 
 def check_same_run(run: Path, old: dict, new: dict) -> list[str]:
@@ -189,10 +224,87 @@ def check_same_run(run: Path, old: dict, new: dict) -> list[str]:
     return [words[key] for key in differ]
 
 
-def check_same_data(run: Path, meta: dict, pairs_print: dict, where: str) -> None:
-    """RunError when the training pairs differ from those the run recorded (format 2 on)."""
-    recorded = meta.get("fingerprints", {}).get("train_pairs")
+def check_same_data(run: Path, meta: dict, pairs_print: dict, where: str, split: str = "train") -> None:
+    """RunError when the pairs of `split` differ from those the run recorded (train: format 2 on;
+    valid and test: runs that record their data source)."""
+    recorded = meta.get("fingerprints", {}).get(f"{split}_pairs")
     if recorded is not None and recorded != pairs_print:
-        raise RunError(f"the training pairs of {where} ({pairs_print['count']} pairs) are not those {run} was trained "
-                       f"on ({recorded.get('count')} pairs; fingerprints in {run / CONFIG} differ), so it is left as "
-                       "it was; resume it with its own data, or train into a new --run folder")
+        raise RunError(f"the {SPLIT_NAMES[split]} pairs of {where} ({pairs_print['count']} pairs) are not those {run} "
+                       f"was trained on ({recorded.get('count')} pairs; fingerprints in {run / CONFIG} differ), so "
+                       "it is left as it was; resume it with its own data, or train into a new --run folder")
+
+
+# --- the data of a run, for evaluation ----------------------------------------------------------------
+
+def check_data_dir(data: str, data_dir: Path | None) -> None:
+    """RunError for a --data-dir that is not a readable folder, or given for data other than multi30k."""
+    if data_dir is None:
+        return
+    try:
+        str(data_dir).encode("utf-8")
+    except UnicodeEncodeError:
+        raise RunError(f"--data-dir {os.fsencode(data_dir)!r}: the path holds bytes that are not UTF-8; rename it, "
+                       "or give a path without them") from None
+    if data != "multi30k":
+        origin = {"builtin": "the library itself", "opus_books": "the Hugging Face Hub", "hub": "the Hugging Face Hub"}
+        raise RunError(f"--data-dir is for multi30k only ({data} comes from {origin.get(data, 'its own files')}); "
+                       "leave it out")
+    if not data_dir.is_dir():
+        raise RunError(f"--data-dir {data_dir}: {'a file, not a folder' if data_dir.exists() else 'no such folder'}; "
+                       "give the folder that holds train.de.gz, train.en.gz, val.de.gz, ...")
+
+
+def recorded_source(meta: dict):
+    """The DataSource a run's config.json records; for a run recorded before data sources, the
+    named corpus it names, read as it was then (nothing carved)."""
+    from transformer_lib.sources import DataSource
+    if "source" in meta:
+        return DataSource.from_dict(meta["source"])
+    kind = meta["data"]
+    if kind == "builtin":
+        return DataSource(kind)
+    return DataSource(kind, src_lang=meta.get("src_lang"), tgt_lang=meta.get("tgt_lang"),
+                      data_dir=meta.get("data_dir") if kind == "multi30k" else None, valid_fraction=0, test_fraction=0)
+
+
+def evaluation_pairs(run: Path, meta: dict, split: str, data_dir: Path | None = None, data: str | None = None):
+    """The (source, reference) pairs `evaluate` scores: all pairs of `data` (a --data spec, read with the
+    run's recorded columns, header and delimiter when it is of the run's kind), or the run's own `split`,
+    read from its recorded source (a carved split carved again by the recorded seed) and checked
+    against the fingerprint recorded at training (RunError when the files changed since)."""
+    import dataclasses
+
+    from transformer_lib.data import MULTI30K_SPLITS, load_pairs
+    from transformer_lib.sources import NAMED_SPLITS, fingerprint_pairs, parse_data_spec, read_source
+    source = recorded_source(meta)
+    if data is not None:
+        same = data.partition(":")[0] == source.kind
+        table = {k: getattr(source, k) for k in ("src_column", "tgt_column", "header", "delimiter") if same}
+        langs = {k: getattr(source, k) for k in ("src_lang", "tgt_lang") if getattr(source, k) and same}
+        if data.startswith("hub:"):         # --split names the Hub split to score
+            table["train"] = split
+        elif split != "test":
+            raise RunError(f"--split {split} names a split of the run's own data; with --data {data} all its pairs "
+                           "are scored: leave --split out")
+        return read_source(parse_data_spec(data, valid_fraction=0, test_fraction=0, **table, **langs)).train
+    check_data_dir(source.kind, data_dir)
+    if data_dir is not None:
+        source = dataclasses.replace(source, data_dir=str(data_dir))
+    own = ("train", "valid", "test") + (tuple(MULTI30K_SPLITS) if source.kind == "multi30k" else ())
+    if split not in own:
+        raise RunError(f"--split {split}: the run's data ({source.kind}) has the splits {', '.join(own)}; or give "
+                       "other pairs with --data")
+    if source.kind in ("builtin", "multi30k"):      # their own files: read that split only
+        pairs = load_pairs(source.kind, NAMED_SPLITS[source.kind].get(split, split), source.src_lang,
+                           source.tgt_lang, source.data_dir)
+    else:
+        pairs = getattr(read_source(source), split)
+    recorded = meta.get("fingerprints", {}).get(f"{split}_pairs")
+    if recorded is not None and fingerprint_pairs(pairs) != recorded:
+        raise RunError(f"the {SPLIT_NAMES.get(split, split)} pairs of the run's data ({len(pairs)} pairs) are not "
+                       f"those {run / CONFIG} recorded ({recorded.get('count')} pairs): its files changed since "
+                       "training; put them back, or give the pairs to score with --data")
+    if not pairs:
+        raise RunError(f"--split {split}: the run's data has no {SPLIT_NAMES.get(split, split)} pairs (none given, "
+                       "none carved); give the pairs to score with --data")
+    return pairs

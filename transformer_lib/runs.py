@@ -235,7 +235,7 @@ def identity(meta: dict) -> dict:
     training settings that may not change on resume."""
     training = {k: v for k, v in meta.get("training", {}).items() if k not in CHANGEABLE_ON_RESUME}
     return {"run_id": meta.get("run_id"), "model": meta["model"], "fingerprints": meta.get("fingerprints"),
-            "training": training}
+            "training": training, **({"source": meta["source"]} if "source" in meta else {})}
 
 
 def check_identity(run: Path, meta: dict, checkpoint: dict) -> None:
@@ -263,6 +263,8 @@ def check_identity(run: Path, meta: dict, checkpoint: dict) -> None:
               if own[part].get(key) != carried[part].get(key)]
     if own["fingerprints"] is not None and own["fingerprints"] != carried.get("fingerprints"):
         differ.append("the fingerprints of the tokenizer or the training data")
+    if "source" in own and "source" in carried and own["source"] != carried["source"]:
+        differ.append("where the data came from (\"source\")")     # compared where both record it
     if differ:
         raise RunError(f"{config_path} was edited: the weights in {path} do not fit it, they were trained with other "
                        f"settings ({'; '.join(differ[:3])}); undo the edit (or restore config.json) to use this run")

@@ -8,12 +8,20 @@ here and only here: `train --help` prints them from these fields.
 Which settings a run records, compares on resume, or lets change on resume is said here too
 (`RECORDED`, `CHANGEABLE_ON_RESUME`); `runs.RunFolder` applies those rules.
 """
+import argparse
 import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-CORPORA = ("builtin", "multi30k", "opus_books")
+CORPORA = ("builtin", "multi30k", "opus_books")     # the named corpora; DATA_KINDS = sources.KINDS
+DATA_KINDS = CORPORA + ("files", "tsv", "csv", "hub")
+# The fields that describe the data source (with `data`), and the DataSource field each one fills.
+SOURCE_FIELDS = {"data_dir": "data_dir", "src_lang": "src_lang", "tgt_lang": "tgt_lang", "valid": "valid",
+                 "test": "test", "valid_fraction": "valid_fraction", "test_fraction": "test_fraction",
+                 "split_seed": "seed", "src_column": "src_column", "tgt_column": "tgt_column", "header": "header",
+                 "delimiter": "delimiter"}
 AMP_CHOICES = ("auto", "bf16", "fp16", "none")
 INT_LIMIT = 2 ** 31 - 1      # the largest count or size a setting takes (no run needs more)
 SEED_LIMIT = 2 ** 32         # seeds are in [0, SEED_LIMIT)
@@ -44,14 +52,38 @@ def _setting(default, option: str, help: str, rule: dict | None = None, shown: s
 class TrainSettings:
     """Everything that decides a training run, with the defaults of `python -m transformer_lib train`.
     ValueError/TypeError at construction for a value of the wrong type or range, naming the field."""
-    # --- data (issue: a data source becomes one more field here) ---
-    data: str = _setting("builtin", "--data", "corpus", choices=CORPORA)
+    # --- data: where the pairs come from (`sources.DataSource`, built from these fields once) ---
+    data: "str | DataSource" = _setting("builtin", "--data", "where the pairs come from: builtin, multi30k, "
+                                        "opus_books, files:SRC,TGT (or files:PREFIX with --src-lang/--tgt-lang: "
+                                        "PREFIX.de, PREFIX.en), tsv:FILE, csv:FILE, hub:NAME or hub:NAME:CONFIG (a "
+                                        "Hugging Face dataset, or a local folder it reads)", source=True)
     data_dir: Path | None = _setting(None, "--data-dir", "multi30k only: local folder of its files",
                                      shown="$MULTI30K_DIR, else the Hub", path=True)
-    src_lang: str | None = _setting(None, "--src-lang", "multi30k, opus_books: source language",
+    src_lang: str | None = _setting(None, "--src-lang", "source language (multi30k, opus_books, hub; files:PREFIX: "
+                                    "the source file's suffix; others: recorded only)",
                                     shown="de for multi30k, en for opus_books")
-    tgt_lang: str | None = _setting(None, "--tgt-lang", "multi30k, opus_books: target language",
+    tgt_lang: str | None = _setting(None, "--tgt-lang", "target language, as --src-lang",
                                     shown="en for multi30k, it for opus_books")
+    valid: str | None = _setting(None, "--valid", "validation pairs of files, tsv, csv or hub data, written as what "
+                                 "follows --data's colon (SRC,TGT or PREFIX; a file; a Hub split name)",
+                                 shown="carved out of the training pairs")
+    test: str | None = _setting(None, "--test", "test pairs, written as --valid (`evaluate` scores them)",
+                                shown="carved out of the training pairs")
+    valid_fraction: float = _setting(0.05, "--valid-fraction", "share of the training pairs carved out for "
+                                     "validation when --valid is not given (files, tsv, csv, hub, opus_books)",
+                                     PROBABILITY)
+    test_fraction: float = _setting(0.05, "--test-fraction", "the same for the test pairs (--test)", PROBABILITY)
+    split_seed: int = _setting(0, "--split-seed", "chooses the carved pairs: the same seed and pairs give the same "
+                               "splits on any machine", _rule(int, lambda v: 0 <= v <= INT_LIMIT,
+                                                              f"an integer >= 0 (at most {INT_LIMIT})"))
+    src_column: str | int | None = _setting(None, "--src-column", "tsv, csv: the source column, an index from 0 or "
+                                            "a header name; hub: a column name", shown="0; hub: the 'translation' "
+                                            "column", column=True)
+    tgt_column: str | int | None = _setting(None, "--tgt-column", "the target column, as --src-column",
+                                            shown="1; hub: the 'translation' column", column=True)
+    header: bool = _setting(False, "--header", "tsv, csv: the first row names the columns", flag=True,
+                            shown="no header")
+    delimiter: str | None = _setting(None, "--delimiter", "csv: the field separator, one character", shown="\",\"")
     vocab_size: int = _setting(1000, "--vocab-size", "shared BPE vocabulary size", POSITIVE)
     # --- model ---
     d_model: int = _setting(128, "--d-model", "model width", POSITIVE)
@@ -113,6 +145,18 @@ class TrainSettings:
             _check_field(f, getattr(self, f.name))
         if self.data_dir is not None and not isinstance(self.data_dir, Path):
             object.__setattr__(self, "data_dir", Path(self.data_dir))
+        # Checked now, by building it; the plain builtin corpus is valid as it is, and is built when
+        # asked for, so that `course.COURSE_MODEL` does not import the data side (and torch) with `course`.
+        plain = self.data == "builtin" and all(getattr(self, name) == TrainSettings.__dataclass_fields__[name].default
+                                               for name in SOURCE_FIELDS)
+        object.__setattr__(self, "_source", None if plain else _data_source(self))
+
+    @property
+    def source(self):
+        """The `sources.DataSource` that `data` and the data options describe (`read_source` reads it)."""
+        if self._source is None:
+            object.__setattr__(self, "_source", _data_source(self))
+        return self._source
 
     @property
     def batch_multiple(self) -> int:
@@ -138,9 +182,54 @@ def option_of(name: str) -> str:
     return TrainSettings.__dataclass_fields__[name].metadata["option"]
 
 
+def _data_source(s: TrainSettings):
+    """The DataSource of `s.data` (a spec such as "files:train.de,train.en", or a DataSource) and the
+    data options; ValueError/TypeError naming the option (a DataSource takes no options beside it)."""
+    from transformer_lib.sources import DataSource, parse_data_spec
+    given = {name: getattr(s, name) for name in SOURCE_FIELDS
+             if getattr(s, name) != TrainSettings.__dataclass_fields__[name].default}
+    if isinstance(s.data, DataSource):
+        if given:
+            raise ValueError(f"data is a DataSource, so give {', '.join(given)} in it, not beside it")
+        return s.data
+    kind = s.data.partition(":")[0]
+    if kind == "builtin" and (s.src_lang or s.tgt_lang):
+        raise ValueError("--src-lang and --tgt-lang are for multi30k and opus_books (and name the languages of "
+                         "files, tsv, csv and hub data); the builtin corpus is English -> Ordo only: leave them out")
+    if s.data_dir is not None and kind != "multi30k":
+        origin = {"builtin": "the library itself", "opus_books": "the Hugging Face Hub", "hub": "the Hugging Face Hub"}
+        raise ValueError(f"--data-dir is for multi30k only ({kind} comes from "
+                         f"{origin.get(kind, 'the files --data names')}); leave it out")
+    fields = {SOURCE_FIELDS[name]: value for name, value in given.items()}
+    for name in ("src_column", "tgt_column"):     # "2" from the command line is the third column of a table
+        if isinstance(fields.get(name), str) and fields[name].isdigit() and kind in ("tsv", "csv"):
+            fields[name] = int(fields[name])
+    if "data_dir" in fields:
+        fields["data_dir"] = str(fields["data_dir"])
+    try:
+        return parse_data_spec(s.data, **fields)
+    except (ValueError, TypeError) as error:
+        message = " ".join(str(error).split()).replace("valid_fraction + test_fraction", "--valid-fraction + "
+                                                        "--test-fraction").replace("with src_lang and tgt_lang",
+                                                                                   "with --src-lang and --tgt-lang")
+        for name, field in SOURCE_FIELDS.items():     # the API's field names as the options that set them
+            message = re.sub(rf"^{field}\b(?= (must|is for))", f"{field} ({option_of(name)})", message)
+        message = "--" + message if message.startswith("data '") else message     # parse_data_spec's "data 'x'"
+        raise type(error)(message if s.data in message else f"--data {s.data}: {message}") from None
+
+
 def _check_field(f: dataclasses.Field, value) -> None:
     meta, where = f.metadata, f"{f.name} ({f.metadata['option']})"
     if value is None and f.default is None:
+        return
+    if meta.get("source"):
+        if not (isinstance(value, str) and value.strip()) and type(value).__name__ != "DataSource":
+            raise TypeError(f"{where} must be a data source such as 'builtin' or 'tsv:pairs.tsv', or a "
+                            f"sources.DataSource, got {value!r}")
+        return
+    if meta.get("column"):      # an index from 0 or a name: DataSource checks it
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise TypeError(f"{where} must be a column index from 0 or a column name, got {value!r}")
         return
     if meta.get("flag"):
         if not isinstance(value, bool):
@@ -164,3 +253,59 @@ def _check_field(f: dataclasses.Field, value) -> None:
         raise TypeError(f"{where} must be {rule['wanted']}, got {value!r}")
     if not (math.isfinite(value) and rule["ok"](value)):
         raise ValueError(f"{where} must be {rule['wanted']}, got {value!r}")
+
+
+# --- the command line's options: one a field, parsed and checked as the field wants ---------------------
+
+def checked_number(rule: dict):
+    """An argparse `type` that parses `rule["kind"]` and accepts finite values where `rule["ok"]` holds."""
+    def parse(text: str):
+        try:
+            value = rule["kind"](text)
+        except (ValueError, OverflowError):
+            raise argparse.ArgumentTypeError(f"must be {rule['wanted']}, got {text!r}") from None
+        if not (math.isfinite(value) and rule["ok"](value)):
+            raise argparse.ArgumentTypeError(f"must be {rule['wanted']}, got {text!r}")
+        return value
+    return parse
+
+
+def path_argument(text: str) -> Path:
+    """A path that is not empty: '' would mean the current folder."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"must be a path, got {text!r} (an empty path would mean the current folder)")
+    return Path(text)
+
+
+def parse_duration(text: str) -> float:
+    """'90', '90s', '25m' or '1.5h' -> seconds (finite, > 0)."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    try:
+        seconds = float(text[:-1]) * units[text[-1]] if text[-1] in units else float(text)
+    except (ValueError, IndexError, OverflowError):
+        seconds = float("nan")
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 90s, 25m, 1.5h)")
+    return seconds
+
+
+def device_name(text: str) -> str:
+    """cpu, cuda, cuda:N or mps (whether it is present is checked when the command runs)."""
+    if not re.fullmatch(r"cpu|cuda(:\d{1,4})?|mps", text):
+        raise argparse.ArgumentTypeError(f"unknown device {text!r}; use cpu, cuda, cuda:N or mps")
+    return text
+
+
+def add_setting(parser: argparse.ArgumentParser, f: dataclasses.Field) -> None:
+    """One option for one field of TrainSettings, its default said once, from the field."""
+    meta = f.metadata
+    shown = meta["shown"] if meta["shown"] is not None else f.default
+    text = f"{meta['help']} (default: {shown})"
+    if meta.get("flag"):
+        parser.add_argument(meta["option"], dest=f.name, action="store_false" if meta.get("inverted") else "store_true",
+                            help=text)
+        return
+    kind = (parse_duration if meta.get("duration") else path_argument if meta.get("path")
+            else device_name if f.name == "device" else checked_number(meta["rule"]) if meta["rule"] else None)
+    parser.add_argument(meta["option"], dest=f.name, type=kind, default=f.default, choices=meta.get("choices"),
+                        help=text)

@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 
 from transformer_lib import runs
+from transformer_lib.run_config import check_data_dir
 from transformer_lib.runs import RunError, RunFolder, one_line
 from transformer_lib.settings import AMP_MEASURE_MIN_STEPS, LOG_EVERY, TrainSettings
 
@@ -68,21 +69,7 @@ def check_settings(settings: TrainSettings, device) -> None:
         raise RunError(f"--amp {s.amp} does not run on {device.type}; fp16 needs CUDA, bf16 CUDA or the CPU")
     if s.max_steps is None and s.time_budget is None:
         raise RunError("give --max-steps or --time-budget (or both), or training never stops")
-    if s.data == "builtin" and (s.src_lang or s.tgt_lang):
-        raise RunError("--src-lang and --tgt-lang are for multi30k and opus_books; the builtin corpus is "
-                       "English -> Ordo only: leave them out")
-    check_data_dir(s.data, s.data_dir)
-
-
-def check_data_dir(data: str, data_dir: Path | None) -> None:
-    if data_dir is not None:
-        runs.check_path_text(data_dir, "--data-dir")
-    if data_dir is not None and data != "multi30k":
-        raise RunError(f"--data-dir is for multi30k only ({data} comes from "
-                       f"{'the library itself' if data == 'builtin' else 'the Hugging Face Hub'}); leave it out")
-    if data_dir is not None and not data_dir.is_dir():
-        raise RunError(f"--data-dir {data_dir}: {'a file, not a folder' if data_dir.exists() else 'no such folder'}; "
-                       "give the folder that holds train.de.gz, train.en.gz, val.de.gz, ...")
+    check_data_dir(s.source.kind, s.data_dir)      # TrainSettings checked the rest of the data options
 
 
 # --- signals ----------------------------------------------------------------------------------------
@@ -153,16 +140,38 @@ def _model_config(s: TrainSettings, vocab_size: int, pad_id: int):
                              attention_dropout=s.attention_dropout, activation_dropout=s.activation_dropout)
 
 
-def _meta(s: TrainSettings, config, processes: int, tokenizer_fingerprint: str = "", pairs_print=None) -> dict:
-    return runs.new_config(config, s.data, s.src_lang, s.tgt_lang, s.data_dir, s.vocab_size, processes, s.accumulate,
-                           s.recorded(), tokenizer_fingerprint, pairs_print or {}, s.batch_multiple)
+def _meta(s: TrainSettings, source, config, processes: int, tokenizer_fingerprint: str = "", prints=None) -> dict:
+    prints = prints or {}
+    return runs.new_config(config, source.kind, s.src_lang, s.tgt_lang, s.data_dir, s.vocab_size, processes,
+                           s.accumulate, s.recorded(), tokenizer_fingerprint, prints.get("train", {}), s.batch_multiple,
+                           source=source.to_dict(), split_prints={k: v for k, v in prints.items() if k != "train"})
+
+
+def _source_of(s: TrainSettings, old_meta: dict | None):
+    """The data source this launch reads: the settings' one; for a run begun before runs recorded their
+    source, opus_books as it was read then (all of it for training, nothing carved)."""
+    if old_meta is not None and "source" not in old_meta and s.source.kind == "opus_books":
+        import dataclasses
+        return dataclasses.replace(s.source, valid_fraction=0, test_fraction=0)
+    return s.source
+
+
+def _data_option(s: TrainSettings, split: str) -> str:
+    """The options that chose the pairs of `split`, for messages."""
+    where = f"--data {s.data}" + (f" --data-dir {s.data_dir}" if s.data_dir else "")
+    if split == "train" or s.source.kind in ("builtin", "multi30k"):
+        return where
+    given = getattr(s.source, split)
+    return f"--{split} {s.valid if split == 'valid' else s.test}" if given is not None else (
+        f"{where} carved by --{split}-fraction {getattr(s.source, split + '_fraction')} --split-seed {s.split_seed}")
 
 
 def _prepare(folder: RunFolder, s: TrainSettings, device, processes: int, write: bool) -> dict:
     """Check the run folder, data and settings; build the model, data and optimizer; with `write`,
     then write tokenizer.json and config.json. A finished run returns at once ({"finished": why})."""
-    from transformer_lib.data import TranslationData, load_pairs
+    from transformer_lib.data import TranslationData
     from transformer_lib.model import build_transformer
+    from transformer_lib.sources import read_source
     from transformer_lib.tokenization import train_bpe_tokenizer
     from transformer_lib.training import (LabelSmoothingLoss, load_weights, make_optimizer, translation_loss,
                                           validation_loss)
@@ -171,7 +180,7 @@ def _prepare(folder: RunFolder, s: TrainSettings, device, processes: int, write:
         folder.read(device, need_checkpoint=False)
         old_meta, tokenizer = folder.meta, folder.tokenizer
         config = _model_config(s, tokenizer.vocab_size, tokenizer.pad_id)
-        changes = runs.check_same_run(folder.path, old_meta, _meta(s, config, processes))
+        changes = runs.check_same_run(folder.path, old_meta, _meta(s, _source_of(s, old_meta), config, processes))
         model = build_transformer(config).to(device)
         if folder.checkpoint is not None:   # fitted now, so a bad file is refused before anything runs
             runs.apply_checkpoint(folder.path / runs.CHECKPOINT, folder.checkpoint,
@@ -181,11 +190,17 @@ def _prepare(folder: RunFolder, s: TrainSettings, device, processes: int, write:
                 return {"finished": finished, "model": model}
     else:
         runs.check_new_run_folder(folder.path)
-    train_pairs = load_pairs(s.data, "train", src_lang=s.src_lang, tgt_lang=s.tgt_lang, data_dir=s.data_dir)
-    pairs_print = runs.fingerprint_pairs(train_pairs)
+    source = _source_of(s, old_meta)
+    try:
+        splits = read_source(source)    # a malformed file: ValueError naming it, its line and the fix
+    except ValueError as error:
+        if "too few to carve" not in str(error):
+            raise
+        raise RunError(f"{one_line(error)} (--valid-fraction, --test-fraction; --valid, --test)") from None
+    train_pairs, prints = splits.train, splits.fingerprint()
     if old_meta is not None:
-        runs.check_same_data(folder.path, old_meta, pairs_print,
-                             f"--data {s.data}" + (f" --data-dir {s.data_dir}" if s.data_dir else ""))
+        for split in ("train", "valid", "test"):
+            runs.check_same_data(folder.path, old_meta, prints[split], _data_option(s, split), split)
     else:
         tokenizer = train_bpe_tokenizer([text for pair in train_pairs for text in pair], vocab_size=s.vocab_size)
         tokenizer.fingerprint = runs.fingerprint_tokenizer(tokenizer.tokenizer.to_str())
@@ -210,13 +225,12 @@ def _prepare(folder: RunFolder, s: TrainSettings, device, processes: int, write:
     criterion = LabelSmoothingLoss(s.label_smoothing, ignore_index=tokenizer.pad_id)
     loss_fn = lambda m, b: translation_loss(m, b, criterion)   # noqa: E731
     validate = None
-    if s.validate_every and s.data != "opus_books":     # the Hub's opus_books has a train split only
-        valid_pairs = load_pairs(s.data, "valid", src_lang=s.src_lang, tgt_lang=s.tgt_lang, data_dir=s.data_dir)
-        valid_batches = TranslationData(valid_pairs, tokenizer, s.max_tokens, max_len=config.max_len,
+    if s.validate_every and splits.valid:       # given, or carved out of the training pairs
+        valid_batches = TranslationData(splits.valid, tokenizer, s.max_tokens, max_len=config.max_len,
                                         pad_to_multiple=s.batch_multiple).batches(0, shuffle=False)
         validate = lambda m: validation_loss(m, valid_batches, loss_fn)   # noqa: E731
     amp = _amp(s, device, old_meta, model, data, loss_fn)
-    meta = {**_meta(s, config, processes, tokenizer.fingerprint, pairs_print),
+    meta = {**_meta(s, source, config, processes, tokenizer.fingerprint, prints),
             "run_id": (old_meta or {}).get("run_id") or uuid.uuid4().hex}
     if old_meta is not None:        # what an older run did not record is recorded now; what changed, with its step
         step = folder.checkpoint["state"]["step"] if folder.checkpoint else 0
