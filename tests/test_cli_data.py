@@ -137,6 +137,9 @@ def test_resume_with_the_same_data_moved_elsewhere(files_run, tmp_path):
                    "--split-seed", "7", "--max-steps", "3")
     assert result.returncode == 0, result.stderr
     assert "resuming" in result.stderr and json.loads(result.stdout)["steps"] == 3
+    # config.json keeps the source the run began with, so it and the checkpoints agree at every moment
+    assert recorded(run)["source"] == recorded(files_run)["source"]
+    assert torch.load(run / "checkpoint.pt", weights_only=True)["extra"]["run"]["source"] == recorded(run)["source"]
 
 
 @pytest.mark.parametrize("kind", ["tsv", "csv"])

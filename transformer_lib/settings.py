@@ -122,7 +122,7 @@ class TrainSettings:
     time_budget: float | None = _setting(None, "--time-budget", "stop after this much training time (90s, 25m, 1.5h)",
                                          POSITIVE_FLOAT, shown="none", duration=True)
     validate_every: int = _setting(50, "--validate-every", f"steps between validation losses (a multiple of "
-                                   f"{LOG_EVERY}; 0 = never; corpora with a valid split)",
+                                   f"{LOG_EVERY}; 0 = never; when the data has validation pairs)",
                                    _rule(int, lambda v: 0 <= v <= INT_LIMIT and v % LOG_EVERY == 0,
                                          f"an integer >= 0 and a multiple of {LOG_EVERY} (the steps between "
                                          "logged losses; 0 = never)"))

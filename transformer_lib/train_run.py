@@ -236,6 +236,7 @@ def _prepare(folder: RunFolder, s: TrainSettings, device, processes: int, write:
         step = folder.checkpoint["state"]["step"] if folder.checkpoint else 0
         meta = {**meta, "format": old_meta.get("format", 1),
                 "fingerprints": old_meta.get("fingerprints", meta["fingerprints"]),
+                "source": old_meta.get("source", meta["source"]),      # the same pairs, perhaps from moved files
                 "changes": old_meta.get("changes", []) + [{"step": step, "change": c} for c in changes]}
     meta["amp"] = (old_meta or {}).get("amp") or amp or "float32"
     if write and meta != old_meta:       # everything checked: only now is the folder written
