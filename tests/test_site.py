@@ -160,7 +160,7 @@ BACK_TO_TOP_JS = """async () => {
 FIGURES_JS = """() => Array.from(document.querySelectorAll('.bd-article img'))
   .map(img => ({src: img.currentSrc || img.src, shown: img.getBoundingClientRect().width, natural: img.naturalWidth}))"""
 MIN_FIGURE_TEXT_PX = 8     # the smallest figure text a phone reader reads without a tap
-MEASURED_FIGURES = 25      # figures that record their font size (the rest cannot be measured yet)
+MEASURED_FIGURES = 32      # figures that record their font size (every stored notebook figure but one)
 # (page, figure file) -> its smallest text on the phone in CSS px, or None when it records no font size.
 FIGURE_TEXT_PX: dict[tuple[str, str], float | None] = {}
 
