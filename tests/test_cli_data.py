@@ -265,3 +265,13 @@ def test_settings_take_a_spec_or_a_data_source():
         TrainSettings(data=own, header=True)
     with pytest.raises(TypeError, match=r"data \(--data\) must be a data source"):
         TrainSettings(data=3)
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--split", "valid", "--data", "tsv:p.tsv"], ["--split valid", "leave --split out"]),
+    (["--split", "test_2016"], ["--split test_2016", "the splits train, valid, test"]),
+    (["--data", "tsv:{d}/nothing.tsv"], ["nothing.tsv", "no such file"]),
+    (["--data", "files:{d}/a.en"], ["files:SRC,TGT"]),
+], ids=["split-with-data", "split-of-another-corpus", "missing-file", "one-file"])
+def test_evaluate_bad_data_is_one_error_line(files_run, tmp_path, extra, words):
+    assert_refused(cli("evaluate", "--run", files_run, *[e.format(d=tmp_path) for e in extra]), *words)

@@ -278,6 +278,8 @@ def evaluation_pairs(run: Path, meta: dict, split: str, data_dir: Path | None = 
     from transformer_lib.sources import NAMED_SPLITS, fingerprint_pairs, parse_data_spec, read_source
     source = recorded_source(meta)
     if data is not None:
+        if data_dir is not None:
+            raise RunError("--data-dir is where the run's own multi30k files lie; with --data leave it out")
         same = data.partition(":")[0] == source.kind
         table = {k: getattr(source, k) for k in ("src_column", "tgt_column", "header", "delimiter") if same}
         langs = {k: getattr(source, k) for k in ("src_lang", "tgt_lang") if getattr(source, k) and same}
