@@ -3,9 +3,11 @@ computed for exactly the tokens the decoder emitted (greedy and beam search), th
 are checked, and the drawn PNG is readable at its native size: every label a token, no two labels
 overlapping, no text below 10 px, for short and long sentences."""
 import copy
+import io
 import warnings
 
 import pytest
+from PIL import Image
 import torch
 from torch import nn
 
@@ -23,19 +25,9 @@ SOURCE = "the old dog chased a queen near the river"
 
 def png_facts(png: bytes) -> tuple[int, int, float, dict]:
     """Width and height in pixels, dpi (pHYs) and the tEXt entries of a PNG."""
-    import struct
-    width, height = struct.unpack(">II", png[16:24])
-    dpi, text, position = 72.0, {}, 8
-    while position < len(png):
-        length = struct.unpack(">I", png[position:position + 4])[0]
-        kind, data = png[position + 4:position + 8], png[position + 8:position + 8 + length]
-        if kind == b"pHYs":
-            dpi = struct.unpack(">I", data[:4])[0] * 0.0254
-        elif kind == b"tEXt":
-            key, value = data.split(b"\0", 1)
-            text[key.decode("latin-1")] = value.decode("latin-1")
-        position += 12 + length
-    return width, height, dpi, text
+    image = Image.open(io.BytesIO(png))
+    width, height = image.size
+    return width, height, image.info.get("dpi", (72.0, 72.0))[0], dict(image.text)
 
 
 @pytest.fixture(scope="module")

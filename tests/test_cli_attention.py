@@ -3,13 +3,13 @@ translates, into one PNG or a folder of them, with greedy decoding and beam sear
 --attention* value is one `error:` line naming the option, exit code 2, with nothing written.
 Run in-process through `main([...])` on one tiny run trained once for the module."""
 import io
-import struct
 import subprocess
 import sys
 import traceback
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 # Two decoder layers of two heads, trained for two steps: enough for the options to have a range.
 TINY = ["--data", "builtin", "--vocab-size", "200", "--d-model", "16", "--heads", "2", "--d-ff", "32",
@@ -51,20 +51,9 @@ def assert_refused(result, *words: str) -> None:
 
 def png_size_and_text(path: Path) -> tuple[int, int, float, dict]:
     """Width, height, dpi and tEXt entries of a PNG file."""
-    png = path.read_bytes()
-    assert png[:8] == b"\x89PNG\r\n\x1a\n"
-    width, height = struct.unpack(">II", png[16:24])
-    dpi, text, position = 72.0, {}, 8
-    while position < len(png):
-        length = struct.unpack(">I", png[position:position + 4])[0]
-        kind, data = png[position + 4:position + 8], png[position + 8:position + 8 + length]
-        if kind == b"pHYs":
-            dpi = struct.unpack(">I", data[:4])[0] * 0.0254
-        elif kind == b"tEXt":
-            key, value = data.split(b"\0", 1)
-            text[key.decode("latin-1")] = value.decode("latin-1")
-        position += 12 + length
-    return width, height, dpi, text
+    with Image.open(path) as image:
+        assert image.format == "PNG"
+        return *image.size, image.info.get("dpi", (72.0, 72.0))[0], dict(image.text)
 
 
 @pytest.fixture(scope="module")

@@ -7,12 +7,13 @@ font and records, in each stored PNG, the smallest font the figure really uses; 
 that record and the PNG's width and dpi, so they measure the stored figures, not a promise.
 """
 import base64
+import io
 import json
 import re
-import struct
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from transformer_lib.plotting import MIN_TEXT_CSS_PX, SMALLEST_FONT_PT, TEXT_SIZE_KEY, text_css_px
 
@@ -33,18 +34,9 @@ def cells(path: Path) -> list[dict]:
 
 def png_facts(png: bytes) -> tuple[int, float, dict]:
     """Width in pixels, dpi (from the pHYs chunk) and the tEXt entries of a PNG."""
-    width = struct.unpack(">I", png[16:20])[0]
-    dpi, text, position = 72.0, {}, 8
-    while position < len(png):
-        length = struct.unpack(">I", png[position:position + 4])[0]
-        kind, data = png[position + 4:position + 8], png[position + 8:position + 8 + length]
-        if kind == b"pHYs":
-            dpi = struct.unpack(">I", data[:4])[0] * 0.0254
-        elif kind == b"tEXt":
-            key, value = data.split(b"\0", 1)
-            text[key.decode("latin-1")] = value.decode("latin-1")
-        position += 12 + length
-    return width, dpi, text
+    image = Image.open(io.BytesIO(png))
+    width, height = image.size
+    return width, image.info.get("dpi", (72.0, 72.0))[0], dict(image.text)
 
 
 def stored_figures(path: Path):
