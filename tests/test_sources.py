@@ -209,11 +209,13 @@ def test_csv_quoted_fields_with_commas_and_newlines(tmp_path):
      r"no column named 'fr'; its header \(line 1\) names \['en', 'de'\]"),
     ("Hi\tHallo\n", {"src_column": "en"}, r"column 'en' is a name, but the table has no header row"),
     ("Hi,Hallo\n", {"tgt_column": 1}, r"no column 1; line 1 has 1 field\(s\), .*is the delimiter right"),
-    ("Hi\tHallo\nYes\tJa\tdoch\n", {}, r"line 2: 3 fields where line 1 has 2; a delimiter inside a sentence"),
+    ("Hi\tHallo\nYes\tJa\tdoch\n", {}, r"line 2: 3 fields where line 1 has 2; a delimiter inside a sentence\? "
+                                        r"quote such fields and read the file as CSV"),
+    ("Hi\tHallo\nYes\n", {}, r"line 2: 1 fields where line 1 has 2; a sentence or its delimiter missing"),
     ("Hi\tHallo\nYes\t \n", {}, r"line 2, column 1: an empty text; every row needs a sentence in both columns"),
     ("Hi\tHallo\nYes\tJ\x00a\n", {}, r"line 2, column 1, character 2: a NUL byte"),
     ("a\tb\n" * 63 + "Hi\tHa\rllo\n" + "a\tb\n" * 10, {}, r"line 64: not a well-formed row"),
-], ids=["missing_name", "name_without_header", "index_out_of_range", "extra_field", "empty_field", "nul",
+], ids=["missing_name", "name_without_header", "index_out_of_range", "extra_field", "missing_field", "empty_field", "nul",
         "stray_cr"])
 def test_tsv_errors_name_line_and_column(tmp_path, data, options, message):
     with pytest.raises(ValueError, match=r"pairs\.tsv.*" + message):

@@ -324,7 +324,9 @@ def read_table(path: str | os.PathLike, delimiter: str = "\t", quoted: bool = Fa
             if len(row) != width:
                 raise ValueError(f"{where}: {len(row)} fields where line 1 has {width}; " + (
                     "a quote that opens a field but never closes?" if quoted else
-                    "a delimiter inside a sentence? (quote such fields and read with quoted=True)"))
+                    "a sentence or its delimiter missing on that line?" if len(row) < width else
+                    "a delimiter inside a sentence? quote such fields and read the file as CSV "
+                    "(read_table(quoted=True); on the command line csv:FILE with --delimiter set to it)"))
             pairs.append(tuple(_checked_text(row[i], path, first_line, label) for i, label in columns))
             first_line = rows.line_num + 1
     except csv.Error as error:
