@@ -7,8 +7,12 @@ outputs stay as they are.
 import json
 import re
 import sys
-import tomllib
 from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:   # Python 3.10, which the package supports: the one entry is read by hand
+    tomllib = None
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_FOLDERS = ("notebooks", "solutions")
@@ -19,8 +23,13 @@ SETUP_MARK = 'if "google.colab" in sys.modules:'
 
 def repository_url() -> str:
     """The `Repository` entry of `[project.urls]` in pyproject.toml, without a trailing slash."""
-    with open(ROOT / "pyproject.toml", "rb") as file:
-        return tomllib.load(file)["project"]["urls"]["Repository"].rstrip("/")
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    if tomllib is not None:
+        return tomllib.loads(text)["project"]["urls"]["Repository"].rstrip("/")
+    entry = re.search(r'^\[project\.urls\][^\[]*?^Repository\s*=\s*"([^"]+)"', text, re.MULTILINE | re.DOTALL)
+    if entry is None:
+        raise SystemExit("pyproject.toml has no Repository entry under [project.urls]")
+    return entry.group(1).rstrip("/")
 
 
 def badge(notebook: Path) -> str:

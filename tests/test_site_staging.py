@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+# The site is built with Python 3.11 or later (Sphinx 9; stage_site.py reads pyproject.toml with tomllib),
+# so on the unit matrix's Python 3.10 there is nothing to test here.
+pytest.importorskip("tomllib", reason="the website's staging needs Python >= 3.11, as Sphinx 9 does")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "docs"))
 from printed_tables import split_text_tables, table_html  # noqa: E402
