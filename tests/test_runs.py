@@ -316,7 +316,7 @@ def test_no_import_cycle_and_nothing_imports_the_command_line():
     assert "torch" not in loaded.stdout and "'transformer_lib.model'" not in loaded.stdout
     assert set(eval(loaded.stdout)) == {"transformer_lib", "transformer_lib.course", "transformer_lib.runs",
                                         "transformer_lib.run_config", "transformer_lib.run_lock",
-                                        "transformer_lib.settings"}
+                                        "transformer_lib.settings", "transformer_lib.files"}
 
 
 def test_a_run_being_trained_without_a_checkpoint_yet(tmp_path):

@@ -170,7 +170,7 @@ def draw_attention_map(attention: SentenceAttention, path=None):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from transformer_lib.plotting import FIGURE_DPI, TEXT_SIZE_KEY, smallest_font_pt
-    from transformer_lib.runs import write_atomic
+    from transformer_lib.files import write_atomic
 
     if not isinstance(attention, SentenceAttention):
         raise TypeError(f"attention must be what translate_with_attention returns, got {type(attention).__name__}")

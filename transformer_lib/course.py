@@ -95,6 +95,7 @@ def save_figure(fig, name: str, dpi: int = 100) -> Path | None:
     folder = os.environ.get(FIGURES_ENV)
     if not folder:
         return None
+    from transformer_lib.files import write_atomic
     from transformer_lib.plotting import TEXT_SIZE_KEY, smallest_font_pt
 
     buffer = io.BytesIO()
@@ -107,7 +108,5 @@ def save_figure(fig, name: str, dpi: int = 100) -> Path | None:
     if path.is_file() and not figure_changed(path.read_bytes(), buffer.getvalue()):
         return None
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.partial")       # written whole, then renamed over the old one
-    partial.write_bytes(buffer.getvalue())
-    os.replace(partial, path)
+    write_atomic(path, lambda tmp: tmp.write_bytes(buffer.getvalue()))
     return path

@@ -8,6 +8,7 @@ only tells others the holder's process id. So a symbolic link named train.lock i
 import os
 from pathlib import Path
 
+from transformer_lib.files import write_atomic
 from transformer_lib.run_config import RunError
 
 LOCK = "train.lock"
@@ -60,14 +61,7 @@ def lock_holder(run: Path) -> str | None:
 
 def _write_pid(path: Path) -> None:
     """This process's id into `path`, by renaming a new file onto it: a link there is replaced, not followed."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        os.write(fd, str(os.getpid()).encode("ascii"))
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    write_atomic(path, lambda tmp: tmp.write_text(str(os.getpid()), encoding="ascii"))
 
 
 class TrainLock:

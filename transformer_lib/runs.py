@@ -27,6 +27,7 @@ from pathlib import Path
 
 from transformer_lib.run_config import (AMP_DTYPES, CONFIG, DEFAULT_LANGS, FORMAT, OPTION_OF_FIELD,  # noqa: F401
                                         RunError, check_same_data, check_same_run, new_config, one_line, read_config)
+from transformer_lib.files import fingerprint_pairs, write_atomic  # noqa: F401  (runs.write_atomic, as before)
 from transformer_lib.run_lock import LOCK, TrainLock, lock_holder
 from transformer_lib.settings import CHANGEABLE_ON_RESUME, CORPORA, SEED_LIMIT  # noqa: F401
 
@@ -134,23 +135,6 @@ def check_new_run_folder(run: Path) -> None:
 
 # --- writing ----------------------------------------------------------------------------------------
 
-def write_atomic(path: Path, write) -> None:
-    """`write(temporary path)`, flushed to disk, then renamed onto `path`: readers see the old file
-    or the new one, never half of one. The temporary file is created new (O_EXCL, after removing a
-    leftover of a killed process), so no link is followed; it is removed on error."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.unlink(missing_ok=True)
-    try:
-        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
-        write(tmp)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def write_json(path: Path, value) -> None:
     """JSON, atomically; ValueError for NaN or infinity, which JSON cannot hold."""
     text = json.dumps(value, indent=1, ensure_ascii=False, allow_nan=False)
@@ -168,14 +152,6 @@ def fingerprint_tokenizer(text: str) -> str:
     re-indented file keeps its fingerprint and a changed merge or token does not."""
     return fingerprint_bytes(json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"),
                                         ensure_ascii=False).encode("utf-8"))
-
-
-def fingerprint_pairs(pairs: list[tuple[str, str]]) -> dict:
-    """SHA-256 of (source, target) pairs in order, and their count: equal for the same training data."""
-    digest = hashlib.sha256()
-    for src, tgt in pairs:
-        digest.update(src.encode("utf-8", "surrogatepass") + b"\0" + tgt.encode("utf-8", "surrogatepass") + b"\n")
-    return {"sha256": digest.hexdigest(), "count": len(pairs)}
 
 
 # --- reading and checking --------------------------------------------------------------------------
