@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Creates .venv (if missing) and installs into it what the course needs. Needs only python3.
+# Creates .venv (if missing) and installs into it what the course needs. Needs only python3 (3.10 or
+# newer; PYTHON=/path/to/python names another interpreter).
 #   bash scripts/setup_env.sh         the learner's set: torch, Jupyter Lab, matplotlib, datasets,
 #                                     tokenizers, sacreBLEU, tqdm, ipywidgets and the course package
 #                                     (requirements.txt); what start_course.sh and run_course.sh use
@@ -17,7 +18,19 @@ case "${1:-}" in
     *) echo "setup_env.sh: error: unknown option '$1' (use no option for the learner's set, --dev for the maintainer's)" >&2
        exit 2 ;;
 esac
-[ -x .venv/bin/python ] || python3 -m venv .venv
+# The course needs Python 3.10 or newer (pyproject.toml's requires-python): say so in one line before
+# pip would fail deep inside the install. PYTHON picks the interpreter that creates .venv.
+python=${PYTHON:-python3}
+[ -x .venv/bin/python ] && python=.venv/bin/python
+if ! version=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null); then
+    echo "setup_env.sh: error: '$python' not found; install Python 3.10 or newer (https://www.python.org/downloads/), or name one with PYTHON=/path/to/python3.12" >&2
+    exit 2
+fi
+case "$version" in
+    2.*|3.[0-9]) echo "setup_env.sh: error: the course needs Python 3.10 or newer, and $python is Python $version; install a newer one and run again with PYTHON=/path/to/python3.12$([ "$python" = .venv/bin/python ] && echo ' after deleting .venv/')" >&2
+                 exit 2 ;;
+esac
+[ -x .venv/bin/python ] || "$python" -m venv .venv
 pip_install() { .venv/bin/python -m pip install -q --disable-pip-version-check "$@"; }
 # pip runs only when what it installs from changed since the last time it ran (a stamp per set in
 # .venv/); delete .venv/setup_*.stamp to make it run again.

@@ -10,11 +10,7 @@ bash scripts/setup_env.sh
 # Jupyter refuses to run as root unless told to (a container, a cloud machine).
 if [ "$(id -u)" = 0 ]; then set -- --allow-root "$@"; fi
 echo "Opening Jupyter Lab at notebooks/00_course_map.ipynb (stop it with Ctrl+C)"
-# Kernels talk to Jupyter over local sockets (IPC), not TCP, so none prints a warning about
-# unencrypted TCP traffic that a learner can do nothing about; the sockets live in Jupyter's runtime
-# folder (an absolute path: each kernel runs in its notebook's folder). Windows has no IPC transport.
-case "$(uname -s)" in
-    MINGW*|MSYS*|CYGWIN*) ;;
-    *) set -- --KernelManager.transport=ipc --KernelManager.ip="$(.venv/bin/jupyter --runtime-dir)/kernel-ipc" "$@" ;;
-esac
+# Kernels talk to Jupyter over local sockets, so none warns about unencrypted TCP (scripts/kernel_sockets.sh).
+source scripts/kernel_sockets.sh
+set -- "${kernel_sockets[@]}" "$@"
 exec .venv/bin/jupyter lab --ServerApp.root_dir="$PWD" notebooks/00_course_map.ipynb "$@"
