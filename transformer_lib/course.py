@@ -6,8 +6,8 @@ in any folder; `course_root()` finds the checkout when there is one and falls ba
 folder, so no notebook writes a path like `../images` by hand.
 
 Figures: `save_figure(fig, name)` writes `name` only when the environment variable
-`COURSE_FIGURES_DIR` names a folder (the course run, `scripts/run_course.sh`, points it at
-`images/`), and only when the picture really changed, so running the tests never touches tracked
+`COURSE_FIGURES_DIR` names a folder (only `scripts/run_course.sh --update-figures` points it at
+`images/`; nothing a learner runs sets it), and only when the picture really changed, so running the tests never touches tracked
 files and re-running the course leaves `git status` clean.
 
 The course's model: `course_model(run_dir("course_model"))` is the small model of the built-in

@@ -49,7 +49,8 @@ def _check_token_ids(tokens, vocab_size: int) -> torch.Tensor:
 # %% ../notebooks/02_embeddings.ipynb #b2f88fc5
 class TokenEmbedding(nn.Module):
     """Token ids -> `embedding(tokens) * sqrt(d_model)` (paper §3.4), the table drawn from N(0, 1/d_model)
-    so that the outputs have unit-variance entries, like the positional encodings they are added to.
+    so that the outputs have unit-variance entries, on the scale of the positional encodings they are added
+    to (whose entries have root-mean-square 1/sqrt(2); notebook 02, section 2).
 
     Args:
         vocab_size: V, the number of token ids; valid ids are 0 .. V-1.

@@ -28,8 +28,9 @@ def _check_masks(attn_name: str, attn_mask: Tensor | None, padding_name: str, ke
                  batch_size: int, query_len: int, key_len: int) -> None:
     """Check one attention sublayer's masks before any matmul; errors name the argument at fault.
 
-    `merge_masks` (the one function that applies masks) raises on a wrong shape or dtype; calling it
-    here, on each mask alone, turns that into an early error that says which argument to fix.
+    `merge_masks` checks and combines the masks (they are applied in one place only,
+    `scaled_dot_product_attention`) and raises on a wrong shape or dtype; calling it here, on each
+    mask alone, turns that into an early error that says which argument to fix.
     """
     for name, attn, padding in [(attn_name, attn_mask, None), (padding_name, None, key_padding_mask)]:
         try:
@@ -52,7 +53,8 @@ class EncoderLayer(nn.Module):
         dropout: on the attention weights, the feed-forward hidden layer and each sublayer output.
         norm_first: False = post-LN, LayerNorm(x + Sublayer(x)), the paper; True = pre-LN, x + Sublayer(LayerNorm(x)).
         layer_norm_eps: epsilon of the two LayerNorms.
-        fused_attention: compute attention with `F.scaled_dot_product_attention` (same result, faster).
+        fused_attention: compute attention with `F.scaled_dot_product_attention` (same result; whether
+            it is faster depends on the device and dtype).
 
     Shape:
         src: (B, S, D); src_mask: (S, S) or (B, S, S) bool, True = may not attend;
