@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 import transformer_lib.exercises as exercises
-from transformer_lib.exercises import call, run_checker
+from transformer_lib.exercises import Refuse, call, run_checker
+from transformer_lib.exercises.evaluation import check_brevity_penalty
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKERS = [(module.name, name, function)
@@ -72,13 +73,38 @@ def test_the_stub_and_the_checkers_own_messages_pass_through_call():
     def stub():
         raise NotImplementedError
 
-    def asserting():
-        raise AssertionError("a checker's message from a patched function")
+    def refused():
+        return math.sqrt(4.0)
+
+    def own_assert(x):
+        assert x > 0, "x must be positive"
+        return x
 
     with pytest.raises(NotImplementedError):
         call(stub, on="x")
-    with pytest.raises(AssertionError, match="^a checker's message"):
-        call(asserting, on="x")
+    with pytest.raises(AssertionError, match="^a checker's message$"):      # raised in guards.py: passes through
+        call(refused, on="x", refuse=[Refuse(math.sqrt, "a checker's message")])
+    with pytest.raises(AssertionError, match=r"(?s)your own_assert raised AssertionError \(x must be positive.*\) "
+                                             r"when given x=-1: an assert in your own code failed"):
+        call(own_assert, -1, on="x=-1")
+
+
+def test_a_learners_exception_keeps_their_frames_and_a_wrong_answer_drops_the_checkers():
+    def brevity_penalty(c, r):
+        return 1.0 if c >= r else math.exp(1 - r / c)
+
+    with pytest.raises(AssertionError, match="raised ZeroDivisionError") as caught:
+        check_brevity_penalty(brevity_penalty)
+
+    def frames(error):
+        names, tb = [], error.__traceback__
+        while tb is not None:
+            names.append(tb.tb_frame.f_code.co_name)
+            tb = tb.tb_next
+        return names
+
+    assert frames(caught.value)[1:] == ["check_brevity_penalty", "run_checker", "_say_what_is_wrong"]  # not _check_bp
+    assert frames(caught.value.__cause__) == ["brevity_penalty"]   # the learner's frame only, no checker's
 
 
 def test_a_bug_in_the_checker_itself_is_not_blamed_on_the_learner():

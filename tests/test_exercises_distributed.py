@@ -97,7 +97,8 @@ def ring(tensor, rank, world_size, send, recv):
 
 
 def ring_in_place(tensor, rank, world_size, send, recv):
-    """Another right answer: views of the rank's own tensor, summed into in place, as dist.all_reduce does."""
+    """Wrong here: views of the rank's own tensor, summed into in place as dist.all_reduce does; the exercise
+    returns the sum and leaves the caller's tensor alone."""
     chunks = tensor.tensor_split(world_size)                 # views: writing them writes `tensor`
     for s in range(world_size - 1):
         send(chunks[(rank - s) % world_size])
@@ -126,9 +127,14 @@ def test_ring_stub_is_not_attempted(capsys):
     assert "not attempted yet" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("right", [ring, ring_in_place, ring_other_schedule])
+@pytest.mark.parametrize("right", [ring, ring_other_schedule])
 def test_ring_right_answers(right):
     assert accepted(check_ring_allreduce, right)
+
+
+def test_ring_writing_into_the_callers_tensor_is_named():
+    with pytest.raises(AssertionError, match="your ring_in_place changed its input `tensor` in place"):
+        check_ring_allreduce(ring_in_place)
 
 
 def ring_variant(tensor, rank, world_size, send, recv, split=None, gather="overwrite", gather_steps=None,

@@ -27,7 +27,7 @@ def accepted(check, answer) -> bool:
 def smoothed(logits, target, eps, pad_id, spread_over=None, keep_padding=False):
     V = logits.size(-1)
     log_p = logits.log_softmax(-1)
-    one_hot = F.one_hot(target, V).float()
+    one_hot = F.one_hot(target.masked_fill(target == pad_id, 0), V).float()   # pad_id may be negative (-100)
     q = (1 - eps) * one_hot + eps / V if spread_over is None else (1 - eps) * one_hot + eps * (1 - one_hot) / spread_over
     loss = -(q * log_p).sum(-1)
     return loss.mean() if keep_padding else loss[target != pad_id].mean()
@@ -73,9 +73,9 @@ RIGHT_Q = staticmethod(lambda one_hot, eps, V: (1 - eps) * one_hot + eps / V)
 def smoothed_logsumexp(logits, target, eps, pad_id):
     """Another right answer: log p = logits − logsumexp, q built with scatter, a boolean index for the mean."""
     log_p = logits - logits.logsumexp(dim=1, keepdim=True)
-    q = torch.full_like(logits, eps / logits.size(1)).scatter_add(
-        1, target[:, None], torch.full((len(target), 1), 1 - eps))
     keep = target != pad_id
+    q = torch.full_like(logits, eps / logits.size(1)).scatter_add(
+        1, target.where(keep, 0)[:, None], torch.full((len(target), 1), 1 - eps))
     return (-(q * log_p).sum(1) * keep).sum() / keep.sum()
 
 
@@ -141,7 +141,7 @@ def test_noam_right_answers(right):
     (lambda step, d, w: d ** -0.5 * min((step + 1) ** -0.5, (step + 1) * w ** -1.5), "you used step \\+ 1"),
     (lambda step, d, w: d ** -0.5 * min((step - 1) ** -0.5, (step - 1) * w ** -1.5), "raised ZeroDivisionError.*step - 1"),
     (lambda step, d, w: d ** 0.5 * min(step ** -0.5, step * w ** -1.5), "d_model\\^0.5"),
-    (lambda step, d, w: d ** -0.5 * min(step ** -0.5, step * w ** 1.5), "negative exponent"),
+    (lambda step, d, w: d ** -0.5 * min(step ** -0.5, step * w ** 1.5), "warmup branch step · warmup_steps\\^-1.5 is missing \\(or has a positive exponent"),
     (lambda step, d, w: d ** -0.5 * min(step ** 0.5, step * w ** -1.5), "step\\^0.5"),
     (lambda step, d, w: [noam_branches(step, d, w)], "return a number"),
     (lambda step, d, w: 3 * noam_branches(step, d, w), "3 times eq. 3 at every step"),

@@ -117,6 +117,6 @@ class StepGuard:
         for name, value in values.items():
             self._sums[name] = self._sums[name] + (value.detach() if isinstance(value, Tensor) else value)
 
-    # The guard itself, in the two cells below.
+    # The guard itself: the functions above, as methods.
     grad_norm_and_clip, skip = _grad_norm_and_clip, _skip
     optimizer_step, raise_on_fault = _optimizer_step, _raise_on_fault

@@ -97,7 +97,8 @@ def translation_loss(model: nn.Module, batch, criterion: nn.Module) -> tuple[Ten
     logits = model(batch.src, batch.tgt_in, batch.src_key_padding_mask, batch.tgt_key_padding_mask)  # (B, T, V)
     loss = criterion(logits.reshape(-1, logits.size(-1)), batch.tgt_out.reshape(-1))  # (B·T, V) vs (B·T,)
     real = batch.tgt_out != batch.pad_id                                               # (B, T)
-    # max(-1).indices, not argmax(-1): the same ids, and on a CPU 4x faster for bf16 logits.
+    # max(-1).indices, not argmax(-1): the same ids (both take the first maximum), and for bf16 logits faster on
+    # this project's 2-core EPYC with torch 2.13 (about 4x for 2,048 positions × 8,000 tokens).
     correct = ((logits.detach().max(dim=-1).indices == batch.tgt_out) & real).sum()
     return loss, {"tokens": real.sum(), "correct": correct}
 

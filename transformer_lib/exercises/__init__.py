@@ -10,7 +10,9 @@ the learner's function on small inputs and compares it with the course's own cod
 * a wrong answer raises AssertionError with a message that says what is wrong; where a plausible
   mistake explains the answer, the checker computes that mistaken variant too and names it;
 * an exception raised inside the learner's function becomes an AssertionError that names it, the
-  input that caused it and a hint (`call`); an exception in the checker itself is left alone;
+  input that caused it and a hint (`call`); its traceback keeps the learner's own frames and drops the
+  checker's, and a wrong answer's AssertionError comes without the checker's frames; an exception in the
+  checker itself is left alone, whole;
 * on top of fixed cases that catch each usual slip, a checker draws fresh random cases on every call
   (`guards.fresh_generator`), refuses the shortcuts the statement forbids (`guards.Refuse`) and checks
   that the learner's function leaves its inputs unchanged; the learner's random state is restored.
@@ -18,6 +20,7 @@ the learner's function on small inputs and compares it with the course's own cod
 Checkers return None, so that a notebook cell that ends with `check_…(f)` prints only the message.
 The solutions are in `solutions/NN_*.ipynb` of the repository, apart from the notebooks.
 """
+import os
 import random
 from collections.abc import Callable, Sequence
 
@@ -49,24 +52,30 @@ def call(function: Callable, *args, on: str, hint: str | Callable[[Exception], s
     An exception raised inside it becomes an AssertionError that says which exception, on which input
     (`on`: a clause, "the candidate is empty (c=0)", or the arguments, "x of shape (2, 3)", which the
     message puts after "when given"), and what it usually means: `hint` (a text, or a function of the
-    exception that returns one or None), else a generic hint for its type. NotImplementedError
-    (the unfilled stub) and AssertionError (a checker's own message, raised from a patched function)
-    pass through unchanged. While it runs, each call named in `refuse` raises its message; with
-    `keep_inputs`, an argument it changed in place (tensor, list, a module's weights) is named.
+    exception that returns one or None), else a generic hint for its type; the learner's exception stays
+    attached (`__cause__`) with their frames only. NotImplementedError (the unfilled stub) and an
+    AssertionError raised in a checker module (a refusal, a message from a function the checker handed
+    over) pass through unchanged; a failed `assert` of the learner's own is named like any exception.
+    While it runs, each call named in `refuse` raises its message; with `keep_inputs`, an argument it
+    changed in place (tensor, list, a module's weights) is named.
     """
     before = ([snapshot(value) for value in args], {key: snapshot(value) for key, value in kwargs.items()}) if keep_inputs else None
     name = getattr(function, "__name__", None) or type(function).__name__
     try:
         with refusing(refuse):
             result = function(*args, **kwargs)
-    except (NotImplementedError, AssertionError):
+    except NotImplementedError:
         raise
     except Exception as error:
+        if isinstance(error, AssertionError) and _raised_by_a_checker(error):
+            raise                                       # a refusal or another checker's message
         text = hint(error) if callable(hint) else hint
         if not text:
-            text = next((h for kind, h in _HINTS.items() if isinstance(error, kind)), "read the traceback above")
+            text = ("an assert in your own code failed: read its message" if isinstance(error, AssertionError) else
+                    next((h for kind, h in _HINTS.items() if isinstance(error, kind)), "read the traceback above"))
         first = on.split(" ", 1)[0]
         when = "when" if first.endswith("ing") or first == "the" else "when given"
+        error.__traceback__ = error.__traceback__.tb_next   # from the learner's function on, not the checker's frame
         raise AssertionError(f"your {name} raised {type(error).__name__} ({error}) {when} {on}: {text}") from error
     changed = first_change(function, before, args, kwargs) if keep_inputs else None
     if changed is not None:
@@ -76,8 +85,27 @@ def call(function: Callable, *args, on: str, hint: str | Callable[[Exception], s
     return result
 
 
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _raised_by_a_checker(error: BaseException) -> bool:
+    """True when the innermost frame of `error`'s traceback is in a checker module (a refusal, a checker's
+    message from a function it handed the learner), False when it is the learner's own code."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and os.path.dirname(os.path.abspath(tb.tb_frame.f_code.co_filename)) == _HERE
+
+
+def _say_what_is_wrong(message: AssertionError):
+    raise message                                         # what is wrong with your answer: the message below
+
+
 def run_checker(exercise: str, your_function: Callable, check: Callable[[Callable], None]) -> None:
-    """Run `check(your_function)`; print "correct" or "not attempted yet", or let AssertionError through."""
+    """Run `check(your_function)`; print "correct" or "not attempted yet", or raise the AssertionError that says
+    what is wrong, without the checker's frames (IPython and pytest hide this one and the public `check_…`,
+    `__tracebackhide__`: a notebook shows the learner's cell, their own frames, and the message)."""
+    __tracebackhide__ = True
     if not callable(your_function):
         raise TypeError(f"{exercise}: pass your function itself (no parentheses), "
                         f"got {type(your_function).__name__}")
@@ -85,6 +113,8 @@ def run_checker(exercise: str, your_function: Callable, check: Callable[[Callabl
     try:
         with torch.random.fork_rng(devices=[]):           # the learner's global random state stays as it was
             check(your_function)
+    except AssertionError as wrong:
+        _say_what_is_wrong(wrong.with_traceback(None))    # without the checker's frames; the learner's stay in __cause__
     except NotImplementedError:
         print(f"{exercise}: not attempted yet. Replace the `raise NotImplementedError` in "
               f"`{getattr(your_function, '__name__', 'your function')}` with your code, then run this cell again.")

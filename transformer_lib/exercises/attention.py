@@ -11,7 +11,8 @@ from torch import Tensor
 
 from transformer_lib.attention import scaled_dot_product_attention
 from transformer_lib.exercises import MATRIX_PRODUCTS, Refuse, call, fresh_generator, matrix_product, run_checker
-from transformer_lib.exercises.explain import name_difference
+from transformer_lib.exercises.explain import name_difference, shape_story, weight_invariants
+from transformer_lib.exercises.guards import allclose, assert_close, equal
 
 _NO_FUSED = [Refuse("scaled_dot_product_attention", "F.scaled_dot_product_attention is the fused kernel that "
                     "computes the whole of eq. 1; the exercise asks for it with Python loops, one query at a time"),
@@ -25,13 +26,16 @@ _NO_MATRIX_PRODUCT = [Refuse(name, "your answer is right, but it multiplies whol
 
 def _close(result, expected: Tensor, atol: float = 1e-5, rtol: float = 1e-4) -> bool:
     return (isinstance(result, Tensor) and result.shape == expected.shape
-            and bool(torch.allclose(result.to(expected.dtype), expected, atol=atol, rtol=rtol)))
+            and bool(allclose(result.to(expected.dtype), expected, atol=atol, rtol=rtol)))
 
 
-def _check_tensor(name: str, result, expected: Tensor) -> None:
+def _check_tensor(name: str, result, expected: Tensor, axes: tuple[str, ...] = ("B", "Lq", "Lk")) -> None:
     assert isinstance(result, Tensor), f"{name} must return a torch.Tensor, got {type(result).__name__}"
-    assert result.shape == expected.shape, \
-        f"{name} returned shape {tuple(result.shape)}, expected {tuple(expected.shape)}"
+    if result.shape != expected.shape:
+        story = shape_story(tuple(result.shape), tuple(expected.shape), axes[-expected.dim():]) \
+            if len(axes) >= expected.dim() else None
+        raise AssertionError(f"{name}: {story}" if story else
+                             f"{name} returned shape {tuple(result.shape)}, expected {tuple(expected.shape)}")
 
 
 def _reference_masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
@@ -70,9 +74,12 @@ def _check_masked_softmax(masked_softmax) -> None:
                                  "(and nn.MultiheadAttention) True means 'may NOT attend'")
         blocked = mask.expand_as(scores)
         zeroed_after = scores.softmax(dim=-1).masked_fill(blocked, 0.0)
-        log_p = scores.masked_fill(blocked, float("-inf")).log_softmax(-1)
-        if not _close(result, expected) and (_close(result, log_p.nan_to_num(nan=0.0, neginf=0.0)) or _close(result, log_p)):
-            raise AssertionError("those are log-probabilities (log_softmax); the weights are probabilities: softmax")
+        if not _close(result, expected):
+            as_probabilities = result.detach().double().exp().nan_to_num(nan=0.0)
+            if (result.detach().nan_to_num(nan=0.0) <= 1e-6).all() and (result < -1e-6).any() and (
+                    _close(as_probabilities, expected) or _close(as_probabilities.masked_fill(blocked, 0.0), expected)):
+                raise AssertionError("those are log-probabilities (log_softmax): exp of your answer gives the weights; "
+                                     "the weights are probabilities, softmax")
         if _close(result, zeroed_after) and not _close(result, expected):
             raise AssertionError("you zeroed the masked weights AFTER the softmax, so the others no longer sum to 1; "
                                  "fill the masked scores with -inf BEFORE the softmax")
@@ -80,17 +87,29 @@ def _check_masked_softmax(masked_softmax) -> None:
                 result, (scores * ~blocked).softmax(dim=-1).masked_fill(blocked.all(-1, keepdim=True), 0.0))):
             raise AssertionError("multiplying the scores by the mask sets masked scores to 0, and exp(0) = 1 is not "
                                  "a zero weight; fill them with -inf (scores.masked_fill(mask, float('-inf')))")
+        rows_with_keys = ~blocked.all(dim=-1)                           # (B, Lq)
+        if not result[rows_with_keys].isfinite().all():
+            bad = ~result.isfinite()
+            times_inf = (scores + blocked.to(scores.dtype) * float("-inf")).softmax(dim=-1)   # 0 · (−inf) = NaN
+            if equal(bad[rows_with_keys], ~times_inf[rows_with_keys].isfinite()):
+                raise AssertionError("NaN in every row that has a masked entry, also at its unmasked entries: "
+                                     "mask * -inf gives 0 · (−inf) = NaN where the mask is False. Fill instead: "
+                                     "scores.masked_fill(mask, float('-inf'))")
+            largest = scores.abs().max().item()
+            if largest > 80:
+                raise AssertionError(f"NaN or inf in rows that have keys to attend to, for scores up to {largest:.0f}: "
+                                     "exp of a large score overflows. Subtract each row's largest score before exp "
+                                     "(torch.softmax does it for you)")
+            raise AssertionError(f"NaN or inf in rows that have keys to attend to, on scores no larger than "
+                                 f"{largest:.1f} (too small to overflow exp): look for a 0 · inf, an inf − inf or a "
+                                 "division by a zero sum in your code")
         full_rows = blocked.all(dim=-1)                                 # (B, Lq)
-        if not result[~full_rows].isfinite().all():
-            raise AssertionError(f"NaN or inf in rows that have keys to attend to, for scores up to "
-                                 f"{scores.abs().max().item():.0f}: exp of a large score overflows. Subtract each "
-                                 "row's largest score before exp (torch.softmax does it for you)")
         if full_rows.any():
             assert not result[full_rows].isnan().any(), (
                 "a row whose entries are all masked gave NaN (softmax of a row of -inf is 0/0). Find those "
                 "rows with mask.all(dim=-1, keepdim=True) and return zeros there")
             uniform = torch.full_like(result[full_rows], 1 / scores.size(-1))
-            assert not torch.allclose(result[full_rows], uniform), (
+            assert not allclose(result[full_rows], uniform), (
                 "a row whose entries are all masked gave uniform weights 1/Lk instead of zeros: with a large "
                 "negative fill such as -1e9 every entry of that row is equal. Zero those rows explicitly")
             assert (result[full_rows] == 0).all(), "a row whose entries are all masked must get all-zero weights"
@@ -98,15 +117,20 @@ def _check_masked_softmax(masked_softmax) -> None:
         if _close(result, _reference_masked_softmax(scores.transpose(-2, -1), blocked.transpose(-2, -1)).transpose(
                 -2, -1)) and not _close(result, expected):
             raise AssertionError("the softmax ran over the wrong dimension: it must normalise the last one (dim=-1)")
+        broken = weight_invariants(result, blocked)
+        if broken:
+            raise AssertionError(f"masked_softmax on scores {tuple(scores.shape)}: {broken}; the weights are "
+                                 "softmax(scores.masked_fill(mask, -inf), dim=-1), and 0 in rows with every key masked")
         name_difference(result, expected, f"masked_softmax on scores {tuple(scores.shape)}: ", "; the weights are "
                         "softmax(scores.masked_fill(mask, -inf), dim=-1), and 0 in rows with every key masked")
-        torch.testing.assert_close(result.to(expected.dtype), expected, atol=1e-6, rtol=1e-5, msg=lambda m: (
+        assert_close(result.to(expected.dtype), expected, atol=1e-6, rtol=1e-5, msg=lambda m: (
             "masked_softmax differs from softmax(scores.masked_fill(mask, -inf), dim=-1) on the rows that are not "
             f"fully masked: {m}"))
 
 
 def check_masked_softmax(your_function) -> None:
     """Exercise 1 of notebook 04: `masked_softmax(scores, mask)`, zeros (not NaN) for fully masked rows."""
+    __tracebackhide__ = True                 # IPython and pytest show the message, not this frame
     run_checker("masked softmax", your_function, _check_masked_softmax)
 
 
@@ -158,7 +182,7 @@ def _check_loops_on(attention_by_loops, query: Tensor, key: Tensor, value: Tenso
     if isinstance(result, Tensor) and _close(result, weights @ key):
         raise AssertionError("you summed the KEYS with the attention weights; the output is the weighted sum of the "
                              "VALUES: output[i] = sum over j of weight[i, j] * value[j], shape (Lq, d_v)")
-    _check_tensor("attention_by_loops", result, expected)
+    _check_tensor("attention_by_loops", result, expected, ("Lq", "d_v"))
     if not result.isfinite().all():
         raise AssertionError(f"NaN or inf in the output for scores up to {(query @ key.T).abs().max().item() / math.sqrt(d_k):.0f}: "
                              "exp of a large score overflows. Subtract the query's largest score from its scores "
@@ -180,19 +204,26 @@ def _check_loops_on(attention_by_loops, query: Tensor, key: Tensor, value: Tenso
                  (query @ key.T / math.sqrt(d_k)).exp() @ value,
              "you divided the scores by their sum without exp; the softmax is exp(score) / sum of exp(scores)":
                  (lambda sc: sc / sc.sum(-1, keepdim=True))(query @ key.T / math.sqrt(d_k)) @ value}
-    if n_queries > 1 and torch.allclose(result, result[:1].expand_as(result)) and not torch.allclose(
+    if n_queries > 1 and allclose(result, result[:1].expand_as(result)) and not allclose(
             expected, expected[:1].expand_as(expected)):
         raise AssertionError("every query got the same output row; loop over the queries and give each its own "
                              "scores, softmax and weighted sum")
     for message, wrong in slips.items():
         assert not (_close(result, wrong) and not _close(wrong, expected)), message
+    ratios = (result.double() / expected.double())                      # (Lq, d_v): one factor per query?
+    if ratios.isfinite().all() and allclose(ratios, ratios[:, :1].expand_as(ratios), rtol=1e-4) and \
+            not allclose(ratios, torch.ones_like(ratios), rtol=1e-4):
+        raise AssertionError("each output row is the right one times a factor of its own: a query's weights do not "
+                             "sum to 1. Divide each exp by the sum of the SAME exps over that query's keys (subtract "
+                             "the max from every score, numerator and sum alike)")
     name_difference(result, expected, f"attention_by_loops (d_k={d_k}): ", "; output i is the sum over keys j of "
                     "softmax_j(q_i · k_j / sqrt(d_k)) * value[j]", {"sqrt(d_k)": math.sqrt(d_k), "d_k": d_k})
-    torch.testing.assert_close(result.to(expected.dtype), expected, atol=1e-5, rtol=1e-4, msg=lambda m: (
+    assert_close(result.to(expected.dtype), expected, atol=1e-5, rtol=1e-4, msg=lambda m: (
         "attention_by_loops differs from softmax(Q Kᵀ / sqrt(d_k)) V; check that output i is the sum over keys j "
         f"of weight[i, j] * value[j]: {m}"))
 
 
 def check_attention_by_loops(your_function) -> None:
     """Exercise 2 of notebook 04: eq. 1 with Python loops, one query at a time."""
+    __tracebackhide__ = True                 # IPython and pytest show the message, not this frame
     run_checker("attention by loops", your_function, _check_attention_by_loops)

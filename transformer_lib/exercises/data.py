@@ -8,6 +8,7 @@ import torch
 from transformer_lib.data import token_batches
 from transformer_lib.exercises import call, fresh_random, run_checker
 from transformer_lib.exercises.explain import name_difference
+from transformer_lib.exercises.guards import equal
 
 # Lengths (source, target) in tokens, chosen so that the real-token and the padded-token rules differ.
 _LENGTHS = [(3, 4), (5, 2), (2, 2), (6, 6), (1, 9), (4, 4), (2, 3), (3, 1), (10, 2), (1, 1)]
@@ -95,6 +96,7 @@ def _check_batches_on(fn, lengths: list[tuple[int, int]], max_tokens: int) -> No
 
 def check_real_token_batches(your_function) -> None:
     """`your_function(lengths, max_tokens)` -> batches of indices, budget counted in real tokens."""
+    __tracebackhide__ = True                 # IPython and pytest show the message, not this frame
     def _check(fn):
         for lengths, max_tokens in _batch_cases():
             _check_batches_on(fn, lengths, max_tokens)
@@ -124,45 +126,46 @@ def _check_mask_on(fn, tgt_in: torch.Tensor, pad: int) -> None:
     assert isinstance(got, torch.Tensor), f"return a tensor, got {type(got).__name__}"
     assert got.shape == expected.shape, f"expected shape (B, T, T) = {tuple(expected.shape)}, got {tuple(got.shape)}"
     assert got.dtype == torch.bool, f"return a boolean mask (dtype torch.bool), got {got.dtype}"
-    if torch.equal(got, expected):
+    if equal(got, expected):
         return
-    if torch.equal(got, ~expected):
+    if equal(got, ~expected):
         raise AssertionError("the mask is inverted: True must mean NOT allowed (PyTorch's convention)")
     T = tgt_in.size(1)
     causal = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
     padding = (tgt_in == pad)[:, None, :]
-    if torch.equal(got, causal & padding):
+    if equal(got, causal & padding):
         raise AssertionError("combine the two masks with | (or): a key is blocked if it is in the future OR "
                              "padding; & blocks only keys that are both")
-    if torch.equal(got, causal | (tgt_in != pad)[:, None, :]):
+    if equal(got, causal | (tgt_in != pad)[:, None, :]):
         raise AssertionError("you masked the keys that are real tokens; mask those that ARE padding: "
                              "(tgt_in == pad_id)[:, None, :]")
-    if torch.equal(got, expected.transpose(1, 2)):
+    if equal(got, expected.transpose(1, 2)):
         raise AssertionError("the mask is transposed: row t is the query, column j the key; query t may not see "
                              "a later key j > t or a padding key")
-    if pad != 0 and torch.equal(got, _target_mask(tgt_in, 0)):
+    if pad != 0 and equal(got, _target_mask(tgt_in, 0)):
         raise AssertionError(f"with pad_id={pad} you masked the keys whose token is 0: compare with the pad_id "
                              "argument, (tgt_in == pad_id), not with a fixed 0")
     real = tgt_in != pad                                                     # (B, T)
     assert not got.diagonal(dim1=1, dim2=2)[real].any(), \
         "a position may attend to itself: the diagonal of a real token must be False"
-    if torch.equal(got, causal.expand_as(expected)) and padding.any():
+    if equal(got, causal.expand_as(expected)) and padding.any():
         raise AssertionError("padding is not masked: keys whose token is pad_id must be True in every row")
-    if torch.equal(got, causal | (tgt_in == pad)[:, :, None]):
+    if equal(got, causal | (tgt_in == pad)[:, :, None]):
         raise AssertionError("you masked padding QUERIES (rows); mask padding KEYS (the last axis, columns): "
                              "(tgt_in == pad_id)[:, None, :]")
     unpadded = real.all(dim=1)
-    assert all(torch.equal(got[b], causal) for b in unpadded.nonzero().flatten().tolist()), (
+    assert all(equal(got[b], causal) for b in unpadded.nonzero().flatten().tolist()), (
         "a row without padding gets the causal mask alone: True above the diagonal (key j > query t), False on and "
         "below it")
     name_difference(got, expected, f"tgt_in {tuple(tgt_in.shape)}, pad_id={pad}: ", "; True where key j > query t "
                     "or key j is padding")
-    assert torch.equal(got, expected), (
+    assert equal(got, expected), (
         "mask padding KEYS (the last axis, columns), for every query; queries at padding may stay as they are")
 
 
 def check_target_mask(your_function) -> None:
     """`your_function(tgt_in (B, T), pad_id)` -> bool (B, T, T), True where query t may NOT attend key j."""
+    __tracebackhide__ = True                 # IPython and pytest show the message, not this frame
     def _check(fn):
         for tgt_in, pad in _mask_cases():
             _check_mask_on(fn, tgt_in, pad)

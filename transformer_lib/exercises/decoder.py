@@ -5,6 +5,7 @@ from transformer_lib.attention import subsequent_mask
 from transformer_lib.decoder import Decoder
 from transformer_lib.exercises import Refuse, call, fresh_generator, run_checker
 from transformer_lib.exercises.explain import name_difference
+from transformer_lib.exercises.guards import equal
 
 _NO_TRIU = [Refuse(name, "build the mask without torch.triu (or subsequent_mask, which uses it): compare a column of "
                    "query positions with a row of key positions made by torch.arange") for name in ("triu", "triu_")]
@@ -18,7 +19,7 @@ def _check_causal_mask(causal_mask) -> None:
         assert isinstance(got, torch.Tensor), f"return a torch.Tensor, got {type(got).__name__}"
         assert got.shape == (T, T), f"causal_mask({T}) must have shape ({T}, {T}), got {tuple(got.shape)}"
         assert got.dtype == torch.bool, f"the mask must be bool (True = may not attend), got {got.dtype}"
-        if torch.equal(got, expected):
+        if equal(got, expected):
             continue
         i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]       # (T, 1) queries, (1, T) keys
         slips = {
@@ -30,7 +31,7 @@ def _check_causal_mask(causal_mask) -> None:
             "off by one: query i may see key i + 1 in your mask; block every key j > i": j > i + 1,
         }
         for message, wrong in slips.items():
-            assert not torch.equal(got, wrong), message
+            assert not equal(got, wrong), message
         assert got.any() or T == 1, f"causal_mask({T}) masks nothing: True above the diagonal (key j > query i)"
         name_difference(got, expected, f"causal_mask({T}): ", "; True exactly where key j > query i")
         raise AssertionError(f"causal_mask({T}) should be\n{expected.int()}\ngot\n{got.int()}")
@@ -38,14 +39,15 @@ def _check_causal_mask(causal_mask) -> None:
 
 def check_causal_mask(your_function) -> None:
     """`causal_mask(T)` equals `subsequent_mask(T)` for several T, built without torch.triu."""
+    __tracebackhide__ = True                 # IPython and pytest show the message, not this frame
     run_checker("causal_mask", your_function, _check_causal_mask)
 
 
-def _leaky(decoder, i: int, j: int):
-    """`decoder`, except that output i also sees target position j."""
+def _leaky(decoder, i: int, j: int, rows: slice = slice(None), strength: float = 0.01):
+    """`decoder`, except that output i also sees target position j (in the batch rows `rows` only)."""
     def leaks(tgt, memory):
         out = decoder(tgt, memory).clone()
-        out[:, i] = out[:, i] + 0.01 * tgt[:, j]
+        out[rows, i] = out[rows, i] + strength * tgt[rows, j]
         return out
     return leaks
 
@@ -90,12 +92,22 @@ def _check_is_causal(is_causal) -> None:
     assert not ask(unmasked, "a decoder without the causal mask"), (
         "a decoder WITHOUT the causal mask sees later positions, but your function said it is causal: change a later "
         "position by a visible amount (say + 1) and compare the earlier outputs with a tolerance (torch.allclose)")
+    if ask(_leaky(masked, 0, T - 1), "a decoder whose output 0 sees the last position") and not ask(
+            _leaky(masked, 0, T - 1, strength=10.0), "a decoder whose output 0 sees the last position strongly"):
+        raise AssertionError("output 0 of this decoder depends a little on the last target position (0.01 × its "
+                             "value), and your function called it causal, though it caught the same leak when it "
+                             "was strong: your comparison is too loose. Compare the earlier outputs with a tight "
+                             "tolerance (torch.allclose's default, or atol=1e-6)")
     assert not ask(_leaky(masked, 0, T - 1), "a decoder whose output 0 sees the last position"), (
         "output 0 of this decoder depends on the LAST target position, but your function said it is "
         "causal: change every later position j > i, not only the next one")
     assert not ask(_leaky(masked, 2, 3), "a decoder whose output 2 sees position 3"), (
         "output 2 of this decoder depends on position 3, but your function said it is "
         "causal: check every output position i, not only the first")
+    assert not ask(_leaky(masked, 1, 4, rows=slice(1, None)), "a decoder whose output 1 sees position 4 in the "
+                   "second sentence of the batch only"), (
+        "in the SECOND sentence of the batch (row 1), output 1 of this decoder depends on position 4, but your "
+        "function said it is causal: compare the outputs of every sentence (all batch rows), not only row 0")
     generator = fresh_generator()
     B, T = int(torch.randint(1, 4, (), generator=generator)), int(torch.randint(7, 12, (), generator=generator))
     j = int(torch.randint(6, T, (), generator=generator))                 # beyond the fixed cases' T = 6
@@ -110,4 +122,5 @@ def _check_is_causal(is_causal) -> None:
 
 def check_is_causal(your_function) -> None:
     """`is_causal(decoder, tgt, memory)` tells causal decoders from ones where some output sees the future."""
+    __tracebackhide__ = True                 # IPython and pytest show the message, not this frame
     run_checker("is_causal", your_function, _check_is_causal)

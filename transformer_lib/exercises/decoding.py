@@ -17,6 +17,7 @@ from transformer_lib.decoding import beam_search, greedy_decode, length_penalty
 from transformer_lib.exercises import Refuse, call, fresh_random, run_checker
 from transformer_lib.exercises.explain import regime
 from transformer_lib.model import Transformer
+from transformer_lib.exercises.guards import assert_close, equal, isclose
 
 PAD, BOS, EOS = 0, 1, 2
 _NO_LENGTH_PENALTY = [Refuse(length_penalty, "write lp(Y) = ((5 + |Y|) / 6) ** α yourself, without calling the "
@@ -49,32 +50,34 @@ def _check_score(your_function) -> None:
         assert isinstance(got, (int, float)) or (torch.is_tensor(got) and got.numel() == 1), \
             f"return a number, got {type(got).__name__}"
         got = float(got)
-        if math.isclose(got, expected, rel_tol=1e-6, abs_tol=1e-9):
+        if isclose(got, expected, rel_tol=1e-6, abs_tol=1e-9):
             continue
         hint = ""
-        if math.isclose(got, log_prob / (5 + length) ** alpha, rel_tol=1e-6):
+        if isclose(got, log_prob / (5 + length) ** alpha, rel_tol=1e-6):
             hint = " lp(Y) divides 5 + |Y| by 6, so that lp = 1 for a one-token output: ((5 + |Y|) / 6)^α."
-        elif math.isclose(got, log_prob * length_penalty(length, alpha), rel_tol=1e-6):
+        elif isclose(got, log_prob * length_penalty(length, alpha), rel_tol=1e-6):
             hint = " Divide log P by lp(Y); multiplying makes long outputs even worse."
-        elif math.isclose(got, log_prob / ((5 + length) / 6), rel_tol=1e-6):
+        elif alpha not in (0.0, 1.0) and isclose(got, log_prob / ((5 + length) / 6 * alpha), rel_tol=1e-6):
+            hint = " You multiplied by α; lp(Y) RAISES (5 + |Y|) / 6 to the power α: ((5 + |Y|) / 6) ** α."
+        elif isclose(got, log_prob / ((5 + length) / 6), rel_tol=1e-6):
             hint = " Raise (5 + |Y|) / 6 to the power α."
-        elif math.isclose(got, log_prob / length ** alpha, rel_tol=1e-6):
+        elif isclose(got, log_prob / length ** alpha, rel_tol=1e-6):
             hint = " GNMT's penalty is ((5 + |Y|) / 6)^α, not |Y|^α."
-        elif math.isclose(got, log_prob / ((5 + length) / 6 ** alpha), rel_tol=1e-6):
+        elif isclose(got, log_prob / ((5 + length) / 6 ** alpha), rel_tol=1e-6):
             hint = " The exponent α applies to the whole fraction: ((5 + |Y|) / 6)^α, not (5 + |Y|) / 6^α."
-        elif math.isclose(got, log_prob / ((6 + length) / 6) ** alpha, rel_tol=1e-6):
+        elif isclose(got, log_prob / ((6 + length) / 6) ** alpha, rel_tol=1e-6):
             hint = " GNMT adds 5 to the length, not 6: ((5 + |Y|) / 6)^α, so that lp = 1 for |Y| = 1."
-        elif math.isclose(got, log_prob / length_penalty(length, alpha) / length, rel_tol=1e-6):
+        elif isclose(got, log_prob / length_penalty(length, alpha) / length, rel_tol=1e-6):
             hint = " Divide by lp(Y) only, not also by the length |Y|: lp already carries the length."
-        elif math.isclose(got, log_prob / ((5 + length) // 6) ** alpha, rel_tol=1e-6):
+        elif isclose(got, log_prob / ((5 + length) // 6) ** alpha, rel_tol=1e-6):
             hint = " (5 + |Y|) // 6 is integer division; divide with /: ((5 + |Y|) / 6)^α."
-        elif math.isclose(got, log_prob / ((5 + length) ** alpha / 6), rel_tol=1e-6):
+        elif isclose(got, log_prob / ((5 + length) ** alpha / 6), rel_tol=1e-6):
             hint = " The exponent α applies to the whole fraction: ((5 + |Y|) / 6)^α, not (5 + |Y|)^α / 6."
-        elif math.isclose(got, log_prob / (5 + length / 6) ** alpha, rel_tol=1e-6):
+        elif isclose(got, log_prob / (5 + length / 6) ** alpha, rel_tol=1e-6):
             hint = " Divide the sum by 6: ((5 + |Y|) / 6)^α, not (5 + |Y| / 6)^α (mind the parentheses)."
         if not hint:
             cases = list(_score_cases())
-            said = regime(cases, [math.isclose(_real(call(your_function, lp_, n_, a_, on=f"log_prob={lp_}, length={n_}, "
+            said = regime(cases, [isclose(_real(call(your_function, lp_, n_, a_, on=f"log_prob={lp_}, length={n_}, "
                                                           f"alpha={a_}")), lp_ / length_penalty(n_, a_), rel_tol=1e-6)
                                   for lp_, n_, a_ in cases], lambda c: "for α = 0 or |Y| = 1 (lp = 1)" if c[2] == 0 or c[1] == 1
                           else "for α > 0 and |Y| > 1")
@@ -88,11 +91,12 @@ def _check_score(your_function) -> None:
                "tensors alike", refuse=_NO_LENGTH_PENALTY)
     assert isinstance(got, torch.Tensor) and got.shape == (3,), \
         "given tensors of log-probabilities and lengths, return a tensor of the same shape (use ** not math.pow)"
-    torch.testing.assert_close(got, torch.tensor([-1.0, -2.0, -3.0]) / length_penalty(lengths, 0.6))
+    assert_close(got, torch.tensor([-1.0, -2.0, -3.0]) / length_penalty(lengths, 0.6))
 
 
 def check_length_normalised_score(your_function) -> None:
     """Check `your_function(log_prob, length, alpha) -> log_prob / lp(length)`."""
+    __tracebackhide__ = True                 # IPython and pytest show the message, not this frame
     run_checker("length-normalised score", your_function, _check_score)
 
 
@@ -178,7 +182,7 @@ class _ReversingModel(nn.Module):
                 if tgt_mask.dtype != torch.bool:                    # as the course's Transformer
                     raise TypeError(f"tgt_mask must be a bool tensor with True = blocked (may not attend), got "
                                     f"dtype {tgt_mask.dtype}")
-                future_seen = not torch.equal(tgt_mask.expand(B, T, T), subsequent_mask(T).expand(B, T, T))
+                future_seen = not equal(tgt_mask.expand(B, T, T), subsequent_mask(T).expand(B, T, T))
         n_enc = memory[:, 0, -1].long()                                             # (B,) keys the encoder saw
         n_dec = torch.full((B,), S) if memory_key_padding_mask is None else (~memory_key_padding_mask.bool()).sum(1)
         tokens = memory[..., :-1].argmax(-1)                                        # (B, S) source ids
@@ -284,7 +288,11 @@ def _compare(your_function, model, src, mask, max_len: int, expected: list[list[
     with torch.no_grad():
         got = call(your_function, model, src_in, mask_in, BOS, EOS, max_len, on=f"decoding {what} "
                    f"(src {tuple(src.shape)}, max_len={max_len})", hint=_decode_hint, refuse=_NO_DECODER)
-    assert torch.equal(src_in, src) and torch.equal(mask_in, mask), "your function changed src or the mask in place"
+    assert equal(src_in, src) and equal(mask_in, mask), "your function changed src or the mask in place"
+    if isinstance(got, (list, tuple)) and got and all(isinstance(i, int) for i in got) and len(expected) == 1:
+        raise AssertionError(f"{what}: for a batch of ONE sentence you returned a flat list of ids {list(got)}; return "
+                             "one list per sentence whatever the batch size, here [[...]] (a squeeze() or a [0] "
+                             "too many?)")
     assert isinstance(got, (list, tuple)) and all(isinstance(row, (list, tuple)) or torch.is_tensor(row) for row in got), \
         f"return a list with one list of ids per sentence, got {type(got).__name__}"
     got = [[int(i) for i in row] for row in got]
@@ -332,6 +340,11 @@ def _check_greedy(your_function) -> None:
                                  f"to {steps.longest_prefix} (max_len={max_len}): stop as soon as every sentence has "
                                  "ended, instead of always running max_len steps and cutting afterwards")
     rng = fresh_random()
+    for lengths, what in (([6], "a batch of one sentence (B = 1)"), ([], "a batch of no sentences (B = 0)")):
+        src, mask = _sources(lengths, 5) if lengths else (torch.zeros(0, 4, dtype=torch.long),) * 2
+        mask = mask.bool()
+        _compare(your_function, _ReversingModel(), src, mask, 12, _greedy(_ReversingModel(), src, mask, 12),
+                 f"{what} and a hand-built model that writes it reversed")
     lengths = [rng.randint(3, 12) for _ in range(rng.randint(2, 6))]
     src, mask = _sources(lengths, rng.randrange(10 ** 6))
     _compare(your_function, _ReversingModel(), src, mask, 15, _greedy(_ReversingModel(), src, mask, 15),
@@ -347,4 +360,5 @@ def _check_greedy(your_function) -> None:
 
 def check_greedy_decode(your_function) -> None:
     """Check `your_function(model, src, src_key_padding_mask, bos_id, eos_id, max_len) -> list[list[int]]`."""
+    __tracebackhide__ = True                 # IPython and pytest show the message, not this frame
     run_checker("greedy decoding", your_function, _check_greedy)

@@ -16,6 +16,7 @@ import torch
 from transformer_lib.distributed import shard_batches
 from transformer_lib.exercises import Refuse, call, fresh_random, run_checker
 from transformer_lib.exercises.explain import name_difference
+from transformer_lib.exercises.guards import allclose, assert_close
 
 _NO_SHARD_BATCHES = [Refuse(shard_batches, "shard_batches is the course's own function, the one this exercise asks "
                             "you to write")]
@@ -23,6 +24,7 @@ _NO_SHARD_BATCHES = [Refuse(shard_batches, "shard_batches is the course's own fu
 
 def check_shard(your_function) -> None:
     """`your_function(batches, rank, world_size)` -> the batches rank `rank` trains on this epoch."""
+    __tracebackhide__ = True                 # IPython and pytest show the message, not this frame
     def _check(fn):
         rng = fresh_random()
         world = rng.randint(2, 6)
@@ -123,6 +125,10 @@ class _Ring:
 
 
 def _ring_hint(error: Exception) -> str | None:
+    if isinstance(error, RuntimeError) and "must match the size" in str(error):
+        return ("a chunk you received does not fit the chunk you add it to: the schedule is off. In reduce-scatter "
+                "step s, rank r sends chunk (r − s) mod N and adds what it receives to chunk (r − 1 − s) mod N, the "
+                "one its left neighbour sent")
     if isinstance(error, (IndexError, ValueError)):
         return ("torch.chunk(t, N) returns FEWER than N chunks when N does not divide the length well (3 elements "
                 "in 4 chunks gives 3 chunks); torch.tensor_split(t, N) always returns N, some possibly empty")
@@ -144,7 +150,7 @@ def _run_ring(fn, tensors: list[torch.Tensor]) -> tuple[list, _Ring]:
 
         error = None
         try:
-            results[rank] = call(fn, tensors[rank].clone(), rank, world_size, send, recv, keep_inputs=False,
+            results[rank] = call(fn, tensors[rank].clone(), rank, world_size, send, recv,
                                  on=f"running as rank {rank} of world_size={world_size} on a tensor of {length} "
                                     f"elements", hint=_ring_hint)
         except BaseException as caught:             # re-raised in the checker's thread below
@@ -214,9 +220,9 @@ def _check_ring(fn) -> None:
             unread = [r for r in range(world_size) if ring.inbox[r]]
             assert not unread, f"{where}: ranks {unread} never received some of the messages sent to them"
             for rank, result in enumerate(results):
-                if torch.allclose(result, total):
+                if allclose(result, total):
                     continue
-                if world_size > 1 and torch.allclose(result, total / world_size):
+                if world_size > 1 and allclose(result, total / world_size):
                     raise AssertionError("you returned the mean; an all-reduce SUMs (DDP divides by the number of "
                                          "ranks itself, once)")
                 if tagged:
@@ -233,11 +239,12 @@ def _check_ring(fn) -> None:
                         "what it receives to chunk (r − 1 − s) mod N, the one its left neighbour sent; after N − 1 "
                         "steps it holds the full sum of chunk (r + 1) mod N, which the all-gather passes on")
                 name_difference(result, total, f"{where}, rank {rank}: ", "; every rank returns the sum of all ranks' tensors")
-                torch.testing.assert_close(result, total, msg=lambda m: f"{where}, rank {rank}: not the sum of the "
+                assert_close(result, total, msg=lambda m: f"{where}, rank {rank}: not the sum of the "
                                            f"ranks' tensors. {m}")
 
 
 def check_ring_allreduce(your_function) -> None:
     """`your_function(tensor, rank, world_size, send, recv)`, run once per rank: returns the sum over the
     ranks' tensors, computed by a ring (2(N − 1) messages per rank, each one chunk of the tensor)."""
+    __tracebackhide__ = True                 # IPython and pytest show the message, not this frame
     run_checker("ring all-reduce", your_function, _check_ring)

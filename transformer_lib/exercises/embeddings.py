@@ -12,6 +12,7 @@ from torch import nn
 from transformer_lib.embeddings import TokenEmbedding
 from transformer_lib.exercises import Refuse, call, fresh_generator, run_checker
 from transformer_lib.exercises.explain import name_difference
+from transformer_lib.exercises.guards import allclose, assert_close, isclose
 
 _NO_LOOKUP = [Refuse("embedding", "F.embedding (or nn.Embedding) is the lookup itself; the exercise asks for the "
                      "matrix product F.one_hot(tokens, V).to(weight.dtype) @ weight")]
@@ -50,11 +51,11 @@ def _check_lookup_on(embed_by_matmul, tokens: torch.Tensor, weight: torch.Tensor
                                        "one-hot matrix to weight.dtype, not the weight to another dtype")
     rows = F.embedding(tokens, weight)
     ratio = (got.double() / rows.double())[rows.abs() > 1e-3]
-    if ratio.numel() and torch.allclose(ratio, ratio[0].expand_as(ratio), rtol=1e-4) and abs(ratio[0] - 1) > 1e-3:
+    if ratio.numel() and allclose(ratio, ratio[0].expand_as(ratio), rtol=1e-4) and abs(ratio[0] - 1) > 1e-3:
         raise AssertionError(f"your result is the picked rows times {ratio[0].item():.4g}; the lookup returns row t "
                              "unchanged (the scaling belongs to the embedding layer, not to the lookup)")
     name_difference(got, rows, f"for {what}: ", "; one_hot(tokens) @ weight picks row t of the weight for token t")
-    torch.testing.assert_close(got, rows, msg=lambda m: (
+    assert_close(got, rows, msg=lambda m: (
         f"one_hot(tokens) @ weight must pick row t of the weight for token t ({what}). {m}"))
 
 
@@ -83,11 +84,12 @@ def _check_one_hot_lookup(embed_by_matmul) -> None:
                                      "autograd (no .detach(), .data or torch.tensor(...) on the way)")
     expected = torch.zeros(50, 8)
     expected[3], expected[49], expected[7] = 2, 1, 1
-    torch.testing.assert_close(weight.grad, expected, msg=lambda m: f"the weight's gradient is wrong. {m}")
+    assert_close(weight.grad, expected, msg=lambda m: f"the weight's gradient is wrong. {m}")
 
 
 def check_one_hot_lookup(embed_by_matmul) -> None:
     """`embed_by_matmul(tokens, weight)`: one-hot vectors times the (V, D) weight, equal to a lookup."""
+    __tracebackhide__ = True                 # IPython and pytest show the message, not this frame
     run_checker("embedding lookup as a one-hot matrix product", embed_by_matmul, _check_one_hot_lookup)
 
 
@@ -125,17 +127,17 @@ def _check_scaled_with(module_class, vocab_size: int, d_model: int, generator: t
              "you multiplied by d_model; the paper multiplies by sqrt(d_model)": rows * d_model,
              "you divided by sqrt(d_model); the paper multiplies by it": rows / math.sqrt(d_model)}
     for message, wrong in slips.items():
-        if torch.allclose(out, wrong):
+        if allclose(out, wrong):
             raise AssertionError(message)
     ratio = (out.double() / rows.double())[rows.abs() > 1e-3]
-    if ratio.numel() and torch.allclose(ratio, ratio[0].expand_as(ratio), rtol=1e-4) \
-            and not math.isclose(ratio[0].item(), math.sqrt(d_model), rel_tol=1e-4):
+    if ratio.numel() and allclose(ratio, ratio[0].expand_as(ratio), rtol=1e-4) \
+            and not isclose(ratio[0].item(), math.sqrt(d_model), rel_tol=1e-4):
         raise AssertionError(f"your output is the table row times {ratio[0].item():.4g}; for d_model={d_model} the "
                              f"scale is sqrt(d_model) = {math.sqrt(d_model):.4g}: compute it from d_model "
                              "(math.sqrt(d_model)), do not write a number")
     name_difference(out, rows * math.sqrt(d_model), "", "; the output is table[tokens] * sqrt(d_model)",
                     {"sqrt(d_model)": math.sqrt(d_model), "d_model": d_model})
-    torch.testing.assert_close(out, rows * math.sqrt(d_model), msg=lambda m: (
+    assert_close(out, rows * math.sqrt(d_model), msg=lambda m: (
         f"the output must be table[tokens] * sqrt(d_model). {m}"))
     std = table.detach().std().item()
     if abs(std - 1 / d_model) < 0.1 / d_model:
@@ -144,11 +146,12 @@ def _check_scaled_with(module_class, vocab_size: int, d_model: int, generator: t
     assert abs(std - d_model ** -0.5) < 0.1 * d_model ** -0.5, (
         f"the table's entries have std {std:.3f}; initialise them from N(0, 1/d_model), std "
         f"{d_model ** -0.5:.3f} (nn.Embedding's default is N(0, 1), std 1): then the scaled outputs have "
-        "std 1, like the positional encodings")
+        "unit-variance entries, the same order of size as the positional encodings (RMS 1/√2) they are added to")
     out_std = out.std().item()
     assert abs(out_std - 1) < 0.1, f"the outputs should have std close to 1, got {out_std:.3f}"
 
 
 def check_scaled_embedding(module_class) -> None:
     """`ScaledEmbedding(vocab_size, d_model)`: lookup * sqrt(d_model), table from N(0, 1/d_model)."""
+    __tracebackhide__ = True                 # IPython and pytest show the message, not this frame
     run_checker("the scaled embedding of §3.4", module_class, _check_scaled_embedding)

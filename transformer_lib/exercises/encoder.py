@@ -3,8 +3,9 @@ import torch
 
 from transformer_lib.encoder import Encoder, EncoderLayer
 from transformer_lib.exercises import Refuse, call, fresh_generator, run_checker
-from transformer_lib.exercises.explain import name_difference
+from transformer_lib.exercises.explain import name_difference, shape_story
 from transformer_lib.sublayers import SublayerConnection
+from transformer_lib.exercises.guards import allclose, assert_close, equal
 
 _NO_LIBRARY = [Refuse((EncoderLayer, "forward"), "EncoderLayer is the course's own layer; write the pre-LN layer "
                       "from the given modules: h = x + self_attn(norm1(x), ...), then h + feed_forward(norm2(h))"),
@@ -25,33 +26,36 @@ def _check_padding_mask(padding_mask) -> None:
                    + (" (an empty sentence)" if (lengths == 0).any() else ""))
         assert isinstance(got, torch.Tensor), f"return a torch.Tensor, got {type(got).__name__}"
         B = len(lengths)
-        B = len(lengths)
         if tuple(got.shape) == (max_len, B) and B != max_len:
             raise AssertionError(f"shape {tuple(got.shape)} is (max_len, B); a key_padding_mask is batch first, "
                                  f"(B, max_len) = ({B}, {max_len})")
         if tuple(got.shape) == (B, int(lengths.max())) and max_len != int(lengths.max()):
             raise AssertionError(f"lengths {lengths.tolist()} with max_len={max_len} gave shape {tuple(got.shape)}: "
                                  "the mask has max_len columns (the padded batch's width), not lengths.max()")
-        assert got.shape == (B, max_len), \
+        story = shape_story(tuple(got.shape), (B, max_len), ("B", "max_len"))
+        if story and "extra axis" in story:
+            story += ("; that is the shape that broadcasts against the (B, H, S, S) scores, but a key_padding_mask "
+                      "is (B, S), one row per sentence: the attention adds the axes itself")
+        assert got.shape == (B, max_len), story or \
             f"lengths of {B} sentences and max_len={max_len} give shape ({B}, {max_len}), got {tuple(got.shape)}"
         assert got.dtype == torch.bool, (f"the mask must be bool (True = padding), got {got.dtype}; "
                                          f"a float or 0/1 mask is a different convention")
-        if torch.equal(got, expected):
+        if equal(got, expected):
             continue
-        assert not torch.equal(got, ~expected), ("True must mark the PADDING (PyTorch's key_padding_mask), "
+        assert not equal(got, ~expected), ("True must mark the PADDING (PyTorch's key_padding_mask), "
                                                  "your mask marks the real tokens: invert it")
         positions = torch.arange(max_len)[None, :]
-        if torch.equal(got, positions > lengths[:, None]):
+        if equal(got, positions > lengths[:, None]):
             raise AssertionError("off by one: position j of a sentence of length n is padding when j >= n "
                                  "(positions count from 0), so the first padded position is j = n itself")
-        if torch.equal(got, positions >= max_len - lengths[:, None]):
+        if equal(got, positions >= max_len - lengths[:, None]):
             raise AssertionError("that is LEFT padding (padding first, then the sentence); the batches here are padded "
                                  "on the right: position j of a sentence of length n is padding when j >= n")
-        if torch.equal(got, positions == lengths[:, None]):
+        if equal(got, positions == lengths[:, None]):
             raise AssertionError("only position n is marked; every position j >= n is padding (>=, not ==)")
         if not got.any():
             raise AssertionError("nothing is marked as padding: position j of a sentence of length n is padding when j >= n")
-        if torch.equal(got, positions >= lengths[:, None] - 1):
+        if equal(got, positions >= lengths[:, None] - 1):
             raise AssertionError("off by one: the last real token (position n - 1) was marked as padding; "
                                  "padding starts at j = n")
         name_difference(got, expected, f"lengths {lengths.tolist()}, max_len={max_len}: ",
@@ -62,6 +66,7 @@ def _check_padding_mask(padding_mask) -> None:
 
 def check_padding_mask(your_function) -> None:
     """`padding_mask(lengths, max_len)` -> (B, max_len) bool, True at padded positions."""
+    __tracebackhide__ = True                 # IPython and pytest show the message, not this frame
     run_checker("padding_mask", your_function, _check_padding_mask)
 
 
@@ -127,6 +132,14 @@ def _check_layer_with(pre_ln_encoder_layer, D: int, H: int, generator: torch.Gen
             "a LayerNorm was applied to the layer's output; EncoderLayer(norm_first=True) has none (the Encoder "
             "adds one after the last layer)": norm2(expected),
             "the feed-forward block is missing: h + FFN(norm2(h))": h,
+            "the second residual adds norm2(h); it adds h itself, the un-normalised output of the self-attention "
+            "block: h + FFN(norm2(h))": norm2(h) + ff(norm2(h)),
+            "the first residual adds norm1(x); it adds x itself: h = x + SelfAttn(norm1(x))":
+                (lambda h2: h2 + ff(norm2(h2)))(norm1(x) + sa(norm1(x))),
+            "the feed-forward block has no residual: its output is h + FFN(norm2(h)), not FFN(norm2(h)) alone":
+                ff(norm2(h)),
+            "the self-attention block has no residual: h = x + SelfAttn(norm1(x)), not SelfAttn(norm1(x)) alone":
+                (lambda h2: h2 + ff(norm2(h2)))(sa(norm1(x))),
         }
         if padding is not None:
             slips["the padding mask is inverted: True in src_key_padding_mask marks padding, pass it to self_attn "
@@ -134,23 +147,23 @@ def _check_layer_with(pre_ln_encoder_layer, D: int, H: int, generator: torch.Gen
     assert isinstance(got, torch.Tensor) and got.shape == x.shape, \
         f"return a tensor of the input's shape {tuple(x.shape)}, got {getattr(got, 'shape', type(got).__name__)}"
     got = got.detach()
-    if torch.allclose(got, expected, atol=1e-5):
+    if allclose(got, expected, atol=1e-5):
         return
     slips["the feed-forward reads norm2(x); it must read norm2(h), h = x + SelfAttn(norm1(x)): h + FFN(norm2(h))"] = \
         h + ff(norm2(x))
     for message, wrong in slips.items():
-        if wrong.isfinite().all() and torch.allclose(got, wrong, atol=1e-5):
+        if wrong.isfinite().all() and allclose(got, wrong, atol=1e-5):
             raise AssertionError(message)
-    if padding is not None and torch.allclose(got[~padding], expected[~padding], atol=1e-5):
+    if padding is not None and allclose(got[~padding], expected[~padding], atol=1e-5):
         raise AssertionError("the real positions are right, but you changed the outputs at the padded positions; "
                              "leave them as the layer computes them (the mask only keeps keys out of attention)")
     with torch.no_grad():
         again = pre_ln_encoder_layer(x, attn, ff, norm1, norm2, **mask_kwargs)
-    if not torch.allclose(got, again.detach(), atol=1e-6):
+    if not allclose(got, again.detach(), atol=1e-6):
         raise AssertionError("two calls with the same input gave different outputs: the layer must be deterministic "
                              "here (dropout 0; F.dropout(x, p) drops by default, training=True)")
     name_difference(got, expected, "pre_ln_encoder_layer: ", "; h = x + SelfAttn(norm1(x)), then h + FFN(norm2(h))")
-    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0, msg=lambda m: (
+    assert_close(got, expected, atol=1e-5, rtol=0, msg=lambda m: (
         "differs from EncoderLayer(norm_first=True): h = x + SelfAttn(norm1(x)), then "
         "h + FFN(norm2(h)), with no LayerNorm on the output\n" + m))
 
@@ -158,4 +171,5 @@ def _check_layer_with(pre_ln_encoder_layer, D: int, H: int, generator: torch.Gen
 def check_pre_ln_encoder_layer(your_function) -> None:
     """`pre_ln_encoder_layer(x, self_attn, feed_forward, norm1, norm2, src_key_padding_mask)` equals
     `EncoderLayer(norm_first=True)`."""
+    __tracebackhide__ = True                 # IPython and pytest show the message, not this frame
     run_checker("pre_ln_encoder_layer", your_function, _check_pre_ln_encoder_layer)

@@ -7,17 +7,23 @@ re-tokenize (`tokenize="none"`: words are split on spaces):
 * `check_ngram_precision`: the clipped ("modified") n-gram matches and the n-gram total of one
   hypothesis, the numbers BLEU's p_n is made of.
 """
+import collections
 import math
 
 import sacrebleu
 from sacrebleu.metrics import helpers
 from sacrebleu.metrics.base import Metric
+from sacrebleu.metrics.bleu import BLEU
 
 from transformer_lib.exercises import Refuse, call, fresh_random, run_checker
 from transformer_lib.exercises.explain import regime
+from transformer_lib.exercises.guards import isclose
 
 _YOURSELF = "compute it yourself: sacreBLEU is what the checker compares your function with"
 _NO_SACREBLEU = [Refuse((Metric, "corpus_score"), _YOURSELF), Refuse((Metric, "sentence_score"), _YOURSELF),
+                 Refuse((BLEU, "sentence_score"), _YOURSELF), Refuse((BLEU, "compute_bleu"), _YOURSELF),
+                 Refuse((BLEU, "_compute_score_from_stats"), _YOURSELF),
+                 Refuse((BLEU, "_compute_segment_statistics"), _YOURSELF),
                  Refuse(helpers.extract_all_word_ngrams, _YOURSELF), Refuse(helpers.extract_word_ngrams, _YOURSELF)]
 
 
@@ -34,6 +40,14 @@ _BP_SLIPS = {  # a slip that explains every answer for c > 0, and the message th
         lambda c, r: 1.0 if c >= r else math.exp(1 - c / r),
     "the exponential is missing: BP = exp(1 - r / c) when c < r": lambda c, r: 1.0 if c >= r else 1 - r / c,
     "the 1 is missing in the exponent: BP = exp(1 - r / c), not exp(-r / c)": lambda c, r: 1.0 if c >= r else math.exp(-r / c),
+    "BP is not the length ratio c / r: a short output (c < r) gets exp(1 - r / c), which falls faster":
+        lambda c, r: 1.0 if c >= r else c / r,
+    "BP is not a length ratio: a short output (c < r) gets exp(1 - r / c), and an output at least as long as the "
+    "references gets 1": lambda c, r: c / r,
+    "that is 1 / exp(1 - r / c), above 1 for a short output; BP = exp(1 - r / c), below 1 when c < r":
+        lambda c, r: 1.0 if c >= r else math.exp(r / c - 1),
+    "the condition is the wrong way round: BP = 1 when the output is at least as long as the references (c >= r), "
+    "exp(1 - r / c) when it is shorter": lambda c, r: math.exp(1 - r / c) if c >= r else 1.0,
 }
 
 
@@ -49,11 +63,11 @@ def _check_bp(your_function) -> None:
             f"c={c}, r={r}: return a number, got {type(got).__name__}"
         answers[c, r] = float(got)
     expected = {(c, r): _sacrebleu(" ".join(["w"] * c), " ".join(["w"] * r)).bp for c, r in answers}
-    wrong = [(c, r) for c, r in answers if not math.isclose(answers[c, r], expected[c, r], rel_tol=1e-6, abs_tol=1e-9)]
+    wrong = [(c, r) for c, r in answers if not isclose(answers[c, r], expected[c, r], rel_tol=1e-6, abs_tol=1e-9)]
     if not wrong:
         return
     for message, slip in _BP_SLIPS.items():
-        if all(math.isclose(answers[c, r], slip(c, r), rel_tol=1e-6) for c, r in answers if c > 0):
+        if all(isclose(answers[c, r], slip(c, r), rel_tol=1e-6) for c, r in answers if c > 0):
             raise AssertionError(message)
     said = regime(list(answers), [(c, r) not in wrong for c, r in answers],
                   lambda case: "for an empty output (c = 0)" if case[0] == 0 else "for c >= r" if case[0] >= case[1]
@@ -77,6 +91,7 @@ def _check_bp(your_function) -> None:
 
 def check_brevity_penalty(your_function) -> None:
     """Check `your_function(c, r) -> BP` (c: hypothesis length, r: reference length, in words)."""
+    __tracebackhide__ = True                 # IPython and pytest show the message, not this frame
     run_checker("brevity penalty", your_function, _check_bp)
 
 
@@ -87,7 +102,9 @@ CASES = [("the the the the the the the", "the cat is on the mat"),        # Papi
          ("the mat", "the cat sat on the mat"),
          ("la la la kampo la", "la kampo la kampo"),
          ("", "the cat sat"),
-         ("the the cat", "the the cat sat")]                                # a repeated word inside an n-gram                                                # an empty hypothesis: (0, 0)
+         ("the the cat", "the the cat sat"),                                # a repeated word inside an n-gram
+         ("The cat saw the Cat", "the cat saw The cat"),                    # BLEU is cased: The ≠ the
+         ("cat the on mat the", "the cat on the mat")]                      # the right words in another order
 
 
 def _fresh_cases() -> list[tuple[str, str]]:
@@ -118,7 +135,21 @@ def _check_precision(your_function) -> None:
     def totals_are(count) -> bool:                   # the totals follow `count(hypothesis words, reference words, n)`
         return all(g[1] == max(count(len(h.split()), len(r.split()), n), 0) for h, r, n, _, g in results)
 
-    if totals_are(lambda h, r, n: r - n + 1):
+    def matches_are(key) -> bool:                    # the matches follow n-grams keyed by `key` (a slip)
+        return all(g[0] == _clipped(h.split(), r.split(), n, key) for h, r, n, _, g in results) and \
+            any(e[0] != _clipped(h.split(), r.split(), n, key) for h, r, n, e, _ in results)
+
+    if got[0] != expected[0] and (matches_are(lambda gram: tuple(sorted(gram))) or matches_are(frozenset)):
+        hint = (" Your n-grams lost their word order (a set, frozenset or sorted tuple): 'cat the' is not 'the cat'."
+                " Key each n-gram by the tuple of its words in order, tuple(words[i:i + n])")
+    elif got[0] != expected[0] and all(g[0] == _reference_occurrences(h.split(), r.split(), n) for h, r, n, _, g in results):
+        hint = (" You counted how often each hypothesis n-gram occurs in the REFERENCE; a match count is "
+                "min(count in the hypothesis, count in the reference): 'the mat' against 'the cat sat on the mat' "
+                "has 2 unigram matches, not 3")
+    elif got[0] != expected[0] and matches_are(lambda gram: tuple(word.lower() for word in gram)):
+        hint = (" You lower-cased the words; BLEU is cased here (sacreBLEU's default): 'The' and 'the' are different "
+                "words")
+    elif totals_are(lambda h, r, n: r - n + 1):
         hint = " The total counts the hypothesis' n-grams (len(hypothesis) - n + 1, or 0), not the reference's"
     elif totals_are(lambda h, r, n: h - n):
         hint = " The last n-gram is missing: a text of L words has L − n + 1 n-grams, range(len(words) - n + 1)"
@@ -133,6 +164,22 @@ def _check_precision(your_function) -> None:
     raise AssertionError(where + hint)
 
 
+def _reference_occurrences(hypothesis: list[str], reference: list[str], n: int) -> int:
+    """A slip: for each distinct hypothesis n-gram, its count in the reference (not clipped by the hypothesis')."""
+    grams = lambda words: collections.Counter(tuple(words[i:i + n]) for i in range(len(words) - n + 1))  # noqa: E731
+    reference_grams = grams(reference)
+    return sum(reference_grams[gram] for gram in grams(hypothesis))
+
+
+def _clipped(hypothesis: list[str], reference: list[str], n: int, key) -> int:
+    """Clipped matches with each n-gram keyed by `key(tuple of its words)`: the identity is right, others slips."""
+    def grams(words):
+        return collections.Counter(key(tuple(words[i:i + n])) for i in range(len(words) - n + 1))
+    reference_grams = grams(reference)
+    return sum(min(count, reference_grams[gram]) for gram, count in grams(hypothesis).items())
+
+
 def check_ngram_precision(your_function) -> None:
     """Check `your_function(hypothesis_words, reference_words, n) -> (clipped matches, hypothesis n-grams)`."""
+    __tracebackhide__ = True                 # IPython and pytest show the message, not this frame
     run_checker("modified n-gram precision", your_function, _check_precision)

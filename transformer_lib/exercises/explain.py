@@ -5,16 +5,24 @@ difference (a constant offset or factor, a transpose, a flipped sign, the right 
 only some rows wrong) and says it in one sentence, so that a message names the mistake instead of
 printing two tensors. `regime` does the same for a function of numbers: on which of the cases it was
 right and on which wrong.
+
+Beyond a list of slips: `name_slip` derives them from the reference solution (each step a knob; a slip is
+one knob turned, a pair two) and names the one the learner's outputs match on the same fresh cases; where
+none does, `where_wrong` says what the failing cases share, `shape_story` how a shape differs axis by axis,
+and `weight_invariants` which property of attention weights breaks.
 """
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
+from transformer_lib.exercises.guards import allclose, isclose, tensor_isclose
+
 
 def _constant(values: Tensor) -> float | None:
     values = values.flatten()
-    if values.numel() > 1 and torch.allclose(values, values[0].expand_as(values), rtol=1e-4, atol=1e-6):
+    if values.numel() > 1 and allclose(values, values[0].expand_as(values), rtol=1e-4, atol=1e-6):
         return float(values[0])
     return None
 
@@ -27,25 +35,25 @@ def tensor_difference(got: Tensor, expected: Tensor, factors: dict[str, float] |
     got, expected = got.detach().double(), expected.detach().double()
     if not got.isfinite().all():
         return "it holds NaN or inf where the right answer is finite"
-    close = torch.isclose(got, expected, rtol=1e-4, atol=1e-5)
+    close = tensor_isclose(got, expected, rtol=1e-4, atol=1e-5)
     offset = _constant(got - expected)
     if offset is not None:
         return f"every entry is off by the same constant, {offset:+.4g}"
     nonzero = expected.abs() > 1e-6
     factor = _constant(got[nonzero] / expected[nonzero]) if nonzero.sum() > 1 else None
-    if factor is not None and not torch.allclose(got[~nonzero], torch.zeros_like(got[~nonzero]), atol=1e-5):
+    if factor is not None and not allclose(got[~nonzero], torch.zeros_like(got[~nonzero]), atol=1e-5):
         factor = None
     if factor is not None:
         named = next((f" = {name}" for name, value in (factors or {}).items()
-                      if math.isclose(abs(factor), value, rel_tol=1e-4) or math.isclose(abs(factor), 1 / value, rel_tol=1e-4)), "")
+                      if isclose(abs(factor), value, rel_tol=1e-4) or isclose(abs(factor), 1 / value, rel_tol=1e-4)), "")
         return f"every entry is {factor:.4g}{named} times the right one"
-    if torch.allclose(got, -expected, rtol=1e-4, atol=1e-5):
+    if allclose(got, -expected, rtol=1e-4, atol=1e-5):
         return "every entry has the wrong sign"
-    if got.dim() >= 2 and got.shape[-1] == got.shape[-2] and torch.allclose(got, expected.transpose(-1, -2), atol=1e-5):
+    if got.dim() >= 2 and got.shape[-1] == got.shape[-2] and allclose(got, expected.transpose(-1, -2), atol=1e-5):
         return "it is the right answer transposed: the last two axes are swapped"
-    if torch.allclose(got.sort(dim=-1).values, expected.sort(dim=-1).values, atol=1e-5):
+    if allclose(got.sort(dim=-1).values, expected.sort(dim=-1).values, atol=1e-5):
         return "it holds the right values in the wrong order along the last axis"
-    if torch.allclose(got.flatten().sort().values, expected.flatten().sort().values, atol=1e-5):
+    if allclose(got.flatten().sort().values, expected.flatten().sort().values, atol=1e-5):
         return "it holds the right values, but in the wrong places (a reshape or permute that mixes the axes?)"
     if got.dim() >= 2:
         rows = (~close).flatten(0, -2).any(dim=-1)                           # which rows (all but the last axis)
@@ -74,8 +82,117 @@ def name_difference(got, expected: Tensor, before: str, after: str = "", factors
     shape; otherwise return, and the caller's own check reports the difference."""
     if not isinstance(got, Tensor) or got.shape != expected.shape:
         return
-    if torch.allclose(got.detach().double(), expected.detach().double(), rtol=1e-4, atol=1e-5):
+    if allclose(got.detach().double(), expected.detach().double(), rtol=1e-4, atol=1e-5):
         return
     named = tensor_difference(got, expected, factors)
     if named:
         raise AssertionError(f"{before}{named}{after}")
+
+
+def name_slip(outputs: list, cases: list, variant: Callable, slips: dict[str, dict], same: Callable,
+              pairs: bool = True) -> str | None:
+    """Name the slip that explains a wrong answer, from mutants of the reference solution.
+
+    `variant(case, **knobs)` is the reference solution with each step as a knob; with no knobs it is the right
+    answer. `slips` maps each message to the knobs that turn one step into its usual slip (a wrong axis, a
+    missing scale, an inverted mask, ...). Each slip, then each pair of slips that touch different knobs, is
+    evaluated on the same cases as the learner's `outputs`; the first whose outputs are `same(got, wrong)` on
+    every case, and that differs from the reference on at least one, is named (a pair: both messages).
+    """
+    memo: dict[tuple, object] = {}
+
+    def output(knobs: dict, i: int):
+        key = (tuple(sorted((k, repr(v)) for k, v in knobs.items())), i)
+        if key not in memo:
+            try:
+                memo[key] = variant(cases[i], **knobs)
+            except Exception:                        # a slip that cannot run on this case explains nothing
+                memo[key] = _FAILED
+        return memo[key]
+
+    def explains(knobs: dict) -> bool:
+        visible = False
+        for i, got in enumerate(outputs):
+            wrong = output(knobs, i)
+            if wrong is _FAILED or not same(got, wrong):
+                return False
+            visible = visible or not same(output({}, i), wrong)
+        return visible
+
+    for message, knobs in slips.items():
+        if explains(knobs):
+            return message
+    if pairs:
+        items = list(slips.items())
+        for a, (first, knobs_a) in enumerate(items):
+            for second, knobs_b in items[a + 1:]:
+                if first != second and not knobs_a.keys() & knobs_b.keys() and explains(knobs_a | knobs_b):
+                    return f"two slips at once: {first}; and {second}"
+    return None
+
+
+_FAILED = object()
+
+
+def where_wrong(right: list[bool], cases: list, features: dict[str, Callable]) -> str | None:
+    """Which cases a wrong answer fails, said by what they share: `features` maps a description ("with
+    padding", "for B = 1", "past the warmup") to a predicate of a case; the first whose cases are exactly the
+    failing ones (or exactly the passing ones) is said. None when none separates them."""
+    wrong = [not ok for ok in right]
+    if not any(wrong) or all(wrong):
+        return None
+    for description, has in features.items():
+        marks = [bool(has(case)) for case in cases]
+        if marks == wrong:
+            return f"wrong only {description}, right in every other case"
+        if marks == right:
+            return f"right only {description}, wrong in every other case"
+    return None
+
+
+def shape_story(got: tuple, expected: tuple, names: tuple[str, ...]) -> str | None:
+    """How a wrong shape differs from the right one, axis by axis (`names`: the letters of the right shape's
+    axes, ("B", "H", "L", "d_k")). None when no simple story fits."""
+    got, expected = tuple(got), tuple(expected)
+    if got == expected:
+        return None
+    layout = "(" + ", ".join(names) + ")"
+    if len(got) == len(expected) - 1:
+        for axis, size in enumerate(expected):
+            if size == 1 and expected[:axis] + expected[axis + 1:] == got:
+                return (f"the axis {names[axis]} of size 1 is gone: shape {got} where {layout} = {expected} is "
+                        f"expected. squeeze() drops EVERY axis of size 1 (here {names[axis]} = 1); keep the axes "
+                        "(squeeze(dim) only the one you mean, or index instead)")
+    if len(got) == len(expected) + 1:
+        for axis in range(len(got)):
+            if got[axis] == 1 and got[:axis] + got[axis + 1:] == expected:
+                return (f"an extra axis of size 1 at position {axis}: shape {got} where {layout} = {expected} is "
+                        "expected (a keepdim=True, unsqueeze or [:, None] too many)")
+    if len(got) == len(expected) and sorted(got) == sorted(expected) and len(set(expected)) == len(expected):
+        order = ", ".join(names[expected.index(size)] for size in got)
+        return f"the axes are in the order ({order}), shape {got}; the right order is {layout} = {expected}"
+    if len(got) == len(expected):
+        wrong = [i for i in range(len(got)) if got[i] != expected[i]]
+        if len(wrong) == 1:
+            i = wrong[0]
+            return (f"axis {names[i]} has size {got[i]} where {expected[i]} is expected: shape {got}, "
+                    f"expected {layout} = {expected}")
+    return None
+
+
+def weight_invariants(weights: Tensor, blocked: Tensor, atol: float = 1e-5) -> str | None:
+    """The first invariant of attention weights that `weights` breaks, with where: every weight in [0, 1],
+    masked weights exactly 0, each row with a key to attend to summing to 1, a row with none all 0."""
+    weights = weights.detach().double()
+    full = blocked.all(dim=-1)                                            # (..., Lq): rows with no key left
+    if (weights < -atol).any() or (weights > 1 + atol).any():
+        return "some weights are outside [0, 1], which probabilities never are"
+    if (weights[blocked] != 0).any():
+        return "some masked entries (mask True) got a weight other than 0"
+    sums = weights.sum(dim=-1)
+    bad = ~tensor_isclose(sums, torch.ones_like(sums), atol=1e-4) & ~full
+    if bad.any():
+        first = tuple(bad.nonzero()[0].tolist())
+        return (f"{int(bad.sum())} of the {int((~full).sum())} rows that have keys to attend to do not sum to 1 "
+                f"(first at index {first}, sum {sums[first].item():.4g})")
+    return None

@@ -7,9 +7,13 @@
   own function that the exercise asks to write). `call(..., refuse=[...])` makes each raise an
   AssertionError with its message while the learner's code runs, however the learner imported it.
 * `snapshot` / `first_change`: the learner's function must leave its inputs as they were.
+* `allclose`, `equal`, `isclose`, `assert_close`: the comparisons every checker uses, bound here when the
+  package is imported, so that a learner's code that patches `torch.allclose` (or `math.isclose`, ...)
+  cannot make a wrong answer compare equal.
 """
 import contextlib
 import inspect
+import math
 import os
 import random
 import sys
@@ -20,6 +24,9 @@ from unittest import mock
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
+
+allclose, equal, tensor_isclose = torch.allclose, torch.equal, torch.isclose   # bound once, at import
+assert_close, isclose = torch.testing.assert_close, math.isclose
 
 
 def fresh_generator() -> torch.Generator:
@@ -36,8 +43,10 @@ def fresh_random() -> random.Random:
 class Refuse:
     """A call the learner's code may not make, and the message that says why.
 
-    target: a Python function (refused however it was imported), a pair (class, attribute name),
-    or the name of a torch function or Tensor method ("scaled_dot_product_attention", "matmul");
+    target: a Python function (refused however it was imported), a function written in C (`math.sqrt`,
+    a method of a compiled library, refused while the learner's code runs by a profile hook), a pair
+    (class, attribute name), or the name of a torch function or Tensor method ("scaled_dot_product_attention",
+    "matmul");
     `when(args, kwargs)`, for torch names only, refuses just the calls it returns True for.
     """
     target: object
@@ -81,10 +90,29 @@ def _swap_code(function, message: str):
 
 
 @contextlib.contextmanager
+def _refuse_builtins(rules: list[Refuse]):
+    """Refuse calls of functions written in C, which have no code object to swap: a profile hook sees each call."""
+    def hook(frame, event, arg):
+        if event == "c_call":
+            for rule in rules:
+                if arg is rule.target or (getattr(arg, "__name__", None) == getattr(rule.target, "__name__", "")
+                                          and getattr(arg, "__self__", None) is getattr(rule.target, "__self__", 0)):
+                    raise AssertionError(rule.message)
+    previous = sys.getprofile()
+    sys.setprofile(hook)
+    try:
+        yield
+    finally:
+        sys.setprofile(previous)
+
+
+@contextlib.contextmanager
 def refusing(rules: list[Refuse] | tuple = ()):
     """While the block runs, every call that a rule names raises AssertionError(rule.message)."""
     with contextlib.ExitStack() as stack:
         torch_rules = [rule for rule in rules if isinstance(rule.target, str)]
+        builtin_rules = [rule for rule in rules if callable(rule.target) and not isinstance(rule.target, tuple)
+                         and not hasattr(inspect.unwrap(rule.target), "__code__")]
         for rule in rules:
             if isinstance(rule.target, tuple):
                 owner, attribute = rule.target
@@ -93,8 +121,10 @@ def refusing(rules: list[Refuse] | tuple = ()):
                 if isinstance(original, staticmethod):
                     replacement = staticmethod(replacement)
                 stack.enter_context(mock.patch.object(owner, attribute, replacement))
-            elif callable(rule.target):
+            elif callable(rule.target) and rule not in builtin_rules:
                 stack.enter_context(_swap_code(rule.target, rule.message))
+        if builtin_rules:
+            stack.enter_context(_refuse_builtins(builtin_rules))
         if torch_rules:
             stack.enter_context(_RefuseTorch(torch_rules))
         yield

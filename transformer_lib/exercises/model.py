@@ -1,11 +1,13 @@
 """Checkers for the exercises of notebook 09 (the full Transformer). Hand-written, not exported from a notebook."""
-import torch
+import functools
 
+import torch
 from torch import nn
 
 from transformer_lib.exercises import Refuse, call, fresh_random, run_checker
-from transformer_lib.exercises.explain import name_difference
+from transformer_lib.exercises.explain import name_difference, name_slip, where_wrong
 from transformer_lib.model import EncoderDecoder, Transformer, build_transformer
+from transformer_lib.exercises.guards import equal
 
 _BY_FORMULA = "count_parameters must count by formula; building the model (even on the meta device) is what the " \
               "checker does to compare with you"
@@ -15,6 +17,7 @@ _NO_MODEL = [Refuse((Transformer, "__init__"), _BY_FORMULA), Refuse((EncoderDeco
 PAD, BOS, EOS = 0, 1, 2
 
 
+@functools.lru_cache(maxsize=64)                  # the fixed cases are built once per session
 def _real_count(src_vocab_size, tgt_vocab_size, d_model, d_ff, n_layers, tie_embeddings, norm_first) -> int:
     with torch.device("meta"):                    # shapes only: no memory, no random numbers
         model = Transformer(src_vocab_size, tgt_vocab_size, d_model=d_model, n_heads=2, d_ff=d_ff,
@@ -23,71 +26,122 @@ def _real_count(src_vocab_size, tgt_vocab_size, d_model, d_ff, n_layers, tie_emb
     return sum(p.numel() for p in model.parameters())
 
 
+def _formula(case: dict, ln_bias=True, ff_bias=True, attn_bias=True, projections=4, cross_attention=True,
+             encoder_norms=2, decoder_norms=3, final_norms="pre-LN", tied=1, untied=3, generator_bias=False,
+             positions=False, ff_width="d_ff", ff_blocks=1, decoder=True, tgt_rows="tgt", biases=True) -> int:
+    """The course's parameter count with each step as a knob: the defaults give the right count, one knob
+    turned gives one usual slip (`name_slip` tries them one and two at a time)."""
+    D, N = case["d_model"], case["n_layers"]
+    F = {"d_ff": case["d_ff"], "4D": 4 * D}[ff_width]
+    V_src, V_tgt = case["src_vocab_size"], case["tgt_vocab_size"]
+    norm = 2 * D if ln_bias else D
+    attention = projections * D * D + (projections * D if attn_bias and biases else 0)
+    ffn = ff_blocks * (2 * D * F + (F + D if ff_bias and biases else 0))
+    encoder = N * (attention + ffn + encoder_norms * norm)
+    decoder_layers = N * ((2 if cross_attention else 1) * attention + ffn
+                          + (decoder_norms if cross_attention else decoder_norms - 1) * norm) if decoder else 0
+    finals = {"pre-LN": 2 * norm if case["norm_first"] else 0, "never": 0, "always": 2 * norm}[final_norms]
+    rows = V_tgt if tgt_rows == "tgt" else V_src
+    matrices = tied if case["tie_embeddings"] else untied                # V x D matrices counted
+    embeddings = V_src * D + (matrices - 1) * rows * D if not case["tie_embeddings"] else matrices * V_src * D
+    return (encoder + decoder_layers + finals + embeddings + (rows if generator_bias else 0)
+            + (512 * D if positions else 0))
+
+
+_COUNT_SLIPS = {  # each message, and the knobs of `_formula` that make its slip
+    "the biases are missing: every attention projection and both feed-forward layers have one": dict(biases=False),
+    "the attention biases are missing: each of the four D x D projections has a bias of D": dict(attn_bias=False),
+    "the feed-forward biases are missing: each feed-forward block has d_ff + d_model of them, in every encoder "
+    "and every decoder layer": dict(ff_bias=False),
+    "a LayerNorm has a gain AND a bias, 2·d_model parameters; you counted d_model": dict(ln_bias=False),
+    "the feed-forward width is d_ff, the argument; you used 4·d_model (the paper's ratio, not always the case)":
+        dict(ff_width="4D"),
+    "the cross-attention is missing: every decoder layer has a second attention (4 D x D projections with "
+    "biases) and a third LayerNorm": dict(cross_attention=False),
+    "an attention block has FOUR D x D projections (query, key, value and output), each with a bias":
+        dict(projections=3),
+    "an encoder layer has one feed-forward block and a decoder layer one, not two": dict(ff_blocks=2),
+    "the LayerNorms are missing: 2D each, two per encoder layer, three per decoder layer":
+        dict(encoder_norms=0, decoder_norms=0),
+    "n_layers LayerNorms too many (one per layer of one stack): a layer has one LayerNorm per sublayer, two in "
+    "an encoder layer, three in a decoder layer": dict(encoder_norms=3),
+    "n_layers LayerNorms too few (one per layer of one stack): a layer has one LayerNorm per sublayer, two in "
+    "an encoder layer, three in a decoder layer (self-attention, cross-attention, feed-forward)": dict(encoder_norms=1),
+    "a LayerNorm too many in every layer: one per sublayer, two in an encoder layer, three in a decoder layer":
+        dict(encoder_norms=3, decoder_norms=4),
+    "a pre-LN stack ends with one more LayerNorm (gain and bias, 2D each), encoder and decoder":
+        dict(final_norms="never"),
+    "only a pre-LN stack (norm_first=True) ends with a LayerNorm; the post-LN one has none": dict(final_norms="always"),
+    "with tied weights the target embedding and the output layer ARE the source embedding: count V·D once":
+        dict(tied=2),
+    "with tied weights the source and target embeddings and the output layer are ONE matrix: count V·D once, "
+    "not three times": dict(tied=3),
+    "untied, the output layer is a third V_tgt x D matrix (no bias)": dict(untied=2),
+    "the untied target embedding and the output layer have tgt_vocab_size rows, not src_vocab_size":
+        dict(tgt_rows="src"),
+    "the output layer has no bias (it is the embedding matrix, tied or not)": dict(generator_bias=True),
+    "the sinusoidal table (max_len x D) is a fixed buffer, not a parameter: it is not trained and not counted":
+        dict(positions=True),
+    "the decoder stack is missing: n_layers decoder layers (self-attention, cross-attention, feed-forward, three "
+    "LayerNorms) besides the encoder's": dict(decoder=False),
+}
+
+
+def _count_cases() -> list[dict]:
+    """Fixed sizes where no two slips give the same count (d_ff ≠ 4·d_model in most, vocabularies apart), then
+    sizes drawn afresh."""
+    cases = [dict(src_vocab_size=37000, tgt_vocab_size=37000, d_model=512, d_ff=2048, n_layers=6),
+             dict(src_vocab_size=100, tgt_vocab_size=100, d_model=16, d_ff=48, n_layers=3),
+             dict(src_vocab_size=100, tgt_vocab_size=100, d_model=16, d_ff=48, n_layers=3, norm_first=True),
+             dict(src_vocab_size=120, tgt_vocab_size=90, d_model=16, d_ff=48, n_layers=2, tie_embeddings=False),
+             dict(src_vocab_size=37000, tgt_vocab_size=37000, d_model=512, d_ff=2048, n_layers=6,
+                  tie_embeddings=False, norm_first=True),
+             dict(src_vocab_size=211, tgt_vocab_size=211, d_model=20, d_ff=70, n_layers=1, norm_first=True),
+             dict(src_vocab_size=301, tgt_vocab_size=173, d_model=24, d_ff=37, n_layers=4, tie_embeddings=False)]
+    rng = fresh_random()
+    vocab, d_model = rng.randint(200, 5000), 2 * rng.randint(9, 40)    # sizes no fixed case has
+    tie = rng.random() < 0.5
+    cases.append(dict(src_vocab_size=vocab, tgt_vocab_size=vocab if tie else rng.randint(200, 5000),
+                      d_model=d_model, d_ff=rng.randint(10, 100), n_layers=rng.randint(1, 5),
+                      tie_embeddings=tie, norm_first=rng.random() < 0.5))
+    return [dict(tie_embeddings=True, norm_first=False) | case for case in cases]
+
+
 def check_count_parameters(your_function) -> None:
     """`count_parameters(src_vocab_size, tgt_vocab_size, d_model, d_ff, n_layers, tie_embeddings, norm_first)`
     equals the number of parameters of the real model, for tied and untied, post-LN and pre-LN configs."""
+    __tracebackhide__ = True                 # IPython and pytest show the message, not this frame
     def check(count_parameters):
-        cases = [dict(src_vocab_size=37000, tgt_vocab_size=37000, d_model=512, d_ff=2048, n_layers=6),
-                 dict(src_vocab_size=100, tgt_vocab_size=100, d_model=16, d_ff=48, n_layers=3),
-                 dict(src_vocab_size=100, tgt_vocab_size=100, d_model=16, d_ff=48, n_layers=3, norm_first=True),
-                 dict(src_vocab_size=120, tgt_vocab_size=90, d_model=16, d_ff=48, n_layers=2, tie_embeddings=False),
-                 dict(src_vocab_size=37000, tgt_vocab_size=37000, d_model=512, d_ff=2048, n_layers=6,
-                      tie_embeddings=False, norm_first=True)]
-        rng = fresh_random()
-        vocab, d_model = rng.randint(200, 5000), 2 * rng.randint(9, 40)    # sizes no fixed case has
-        tie = rng.random() < 0.5
-        cases.append(dict(src_vocab_size=vocab, tgt_vocab_size=vocab if tie else rng.randint(200, 5000),
-                          d_model=d_model, d_ff=rng.randint(10, 100), n_layers=rng.randint(1, 5),
-                          tie_embeddings=tie, norm_first=rng.random() < 0.5))
-        for case in cases:
-            full = dict(tie_embeddings=True, norm_first=False) | case
-            expected = _real_count(**full)
+        cases = _count_cases()
+        answers, expected = [], []
+        for full in cases:
+            expected.append(_real_count(**full))
             got = call(count_parameters, **full, on=f"sizes {full}", refuse=_NO_MODEL)
             assert isinstance(got, int) or (isinstance(got, torch.Tensor) and got.numel() == 1), \
                 f"return a whole number, got {type(got).__name__}"
-            got = int(got)
-            if got == expected:
-                continue
-            D, F, N = full["d_model"], full["d_ff"], full["n_layers"]
-            V_src, V_tgt = full["src_vocab_size"], full["tgt_vocab_size"]
-            hint = ""
-            if full["norm_first"] and expected - got == 4 * D:
-                hint = "a pre-LN stack ends with one more LayerNorm (gain and bias, 2D each), encoder and decoder"
-            elif full["tie_embeddings"] and got - expected in (V_tgt * D, 2 * V_tgt * D):
-                hint = ("with tied weights the target embedding and the output layer ARE the source embedding: "
-                        "count V·D once")
-            elif not full["tie_embeddings"] and expected - got == V_tgt * D:
-                hint = "untied, the output layer is a third V_tgt x D matrix (no bias)"
-            elif expected - got == N * (4 * D + F + D) + N * (8 * D + F + D):
-                hint = "the biases are missing: every attention projection and both feed-forward layers have one"
-            elif expected - got == N * (4 * D * D + 4 * D + 2 * D):
-                hint = ("the cross-attention is missing: every decoder layer has a second attention (4 D x D "
-                        "projections with biases) and a third LayerNorm")
-            elif got - expected == 512 * D:
-                hint = ("the sinusoidal table (max_len x D) is a fixed buffer, not a parameter: it is not trained "
-                        "and not counted")
-            elif got - expected == V_tgt:
-                hint = "the output layer has no bias (it is the embedding matrix, tied or not)"
-            elif expected - got == 3 * N * (D * D + D):    # one projection short in each of the 3N attentions
-                hint = "an attention block has FOUR D x D projections (query, key, value and output), each with a bias"
-            elif got - expected == N * (D * F + F + F * D + D):
-                hint = "an encoder layer has one feed-forward block and a decoder layer one, not two"
-            elif expected - got == N * 2 * D * 2 + N * 3 * 2 * D:
-                hint = "the LayerNorms are missing: 2D each, two per encoder layer, three per decoder layer"
-            elif not full["tie_embeddings"] and got - expected == 2 * (V_src - V_tgt) * D:
-                hint = "the untied target embedding and the output layer have tgt_vocab_size rows, not src_vocab_size"
-            elif abs(got - expected) in (N * (D + F), 2 * N * (D + F)):
-                hint = ("the feed-forward biases: each feed-forward block has d_ff + d_model of them, and every "
-                        "encoder layer and every decoder layer has one block")
-            elif (got - expected) % (2 * D) == 0 and abs(got - expected) // (2 * D) <= 5 * N + 2:
-                k = (got - expected) // (2 * D)
-                hint = (f"that is {abs(k)} LayerNorm(s) (2·d_model each) too {'many' if k > 0 else 'few'}: an "
-                        "encoder layer has 2, a decoder layer 3, and a pre-LN stack one more at its end")
-            if not hint and got > expected and (got - expected) % D == 0:
-                hint = (f"that is a table of {(got - expected) // D} rows of d_model more: the sinusoidal positions are "
+            answers.append(int(got))
+        if answers == expected:
+            return
+        slip = name_slip(answers, cases, _formula, _COUNT_SLIPS, lambda got, wrong: got == wrong)
+        i = next(i for i, (got, want) in enumerate(zip(answers, expected)) if got != want)
+        full, got = cases[i], answers[i]
+        where = where_wrong([a == e for a, e in zip(answers, expected)], cases, {
+            "for pre-LN (norm_first=True)": lambda c: c["norm_first"], "for post-LN": lambda c: not c["norm_first"],
+            "with tied embeddings": lambda c: c["tie_embeddings"], "with untied embeddings": lambda c: not c["tie_embeddings"],
+            "when d_ff = 4·d_model": lambda c: c["d_ff"] == 4 * c["d_model"]})
+        if not slip:
+            offsets = {(a - e) / (2 * c["d_model"]) for a, e, c in zip(answers, expected, cases)}
+            k = next(iter(offsets))
+            if len(offsets) == 1 and k == int(k):             # the same number of LayerNorms off in every case
+                slip = (f"that is {abs(int(k))} LayerNorm(s) (2·d_model each) too {'many' if k > 0 else 'few'} in "
+                        "every case: an encoder layer has 2, a decoder layer 3, and only a pre-LN stack one more "
+                        "at its end")
+            elif all(a > e and (a - e) % c["d_model"] == 0 for a, e, c in zip(answers, expected, cases)):
+                slip = ("your count has whole rows of d_model too many in every case: the sinusoidal positions are "
                         "a buffer (not trained, not counted), and with tied weights the embeddings are counted once")
-            raise AssertionError(f"for {full} the model has {expected:,} parameters, your formula gives {got:,} "
-                                 f"(off by {got - expected:+,})" + (f": {hint}" if hint else ""))
+        raise AssertionError(f"for {full} the model has {expected[i]:,} parameters, your formula gives {got:,} "
+                             f"(off by {got - expected[i]:+,})" + (f": {slip}" if slip else "")
+                             + (f"; your count is {where}" if where and not slip else ""))
     run_checker("count_parameters", your_function, check)
 
 
@@ -121,42 +175,46 @@ def _check_copy_on(copy_batch, src: torch.Tensor) -> None:
     for name, t in [("decoder input", tgt_in), ("labels", labels)]:
         assert isinstance(t, torch.Tensor) and t.shape == (B, L + 1), \
             f"the {name} must be a tensor of shape (B, L + 1) = {(B, L + 1)}, got {getattr(t, 'shape', t)}"
-    if torch.equal(tgt_in, expected_labels) and torch.equal(labels, expected_in):
+        assert t.dtype == src.dtype, (f"the {name} have dtype {t.dtype}; they are token ids, integers like src "
+                                      f"({src.dtype}): an embedding and the loss need them so. Build them from "
+                                      "src (torch.full(..., dtype=src.dtype), torch.cat) without a float on the way")
+    if equal(tgt_in, expected_labels) and equal(labels, expected_in):
         raise AssertionError("the pair is swapped: return (decoder input, labels), the decoder input first "
                              "(it starts with <bos> = 1), then the labels (they end with <eos> = 2)")
     reversed_src = src.clone()
     for row, n in zip(reversed_src, (src != PAD).sum(1).tolist()):
         row[:n] = row[:n].flip(0)
-    assert torch.equal(labels, expected_labels) or not torch.equal(labels[:, :L], src.flip(1)) and not torch.equal(
+    assert equal(labels, expected_labels) or not equal(labels[:, :L], src.flip(1)) and not equal(
         labels, _reference_copy_batch(reversed_src)[1]), "that is reversal; the copy task keeps the order"
-    assert not torch.equal(tgt_in, labels), ("the decoder input must be the labels shifted right, starting with "
+    assert not equal(tgt_in, labels), ("the decoder input must be the labels shifted right, starting with "
                                              "<bos> = 1: position t sees the tokens before label t, not label t")
     assert (tgt_in[:, 0] == BOS).all(), f"every decoder input row starts with <bos> = 1, got first column {tgt_in[:, 0].tolist()}"
-    if torch.equal(labels[:, 1:], expected_labels[:, :-1]) and (labels[:, 0] == BOS).all():
+    if equal(labels[:, 1:], expected_labels[:, :-1]) and (labels[:, 0] == BOS).all():
         raise AssertionError("the labels start with <bos>; <bos> is only fed to the decoder. The labels are the "
                              "symbols themselves, then <eos> = 2: label t is what position t must predict")
-    if (labels == -100).any() and torch.equal(labels.masked_fill(labels == -100, PAD), expected_labels):
+    if (labels == -100).any() and equal(labels.masked_fill(labels == -100, PAD), expected_labels):
         raise AssertionError("the labels pad with -100; the course pads them with <pad> = 0 (the loss ignores pad_id)")
-    if torch.equal(labels[:, :-1], expected_labels[:, 1:]):
+    if equal(labels[:, :-1], expected_labels[:, 1:]):
         raise AssertionError("your labels lost the first symbol: label t is symbol t (then <eos>); it is the "
                              "decoder input that is shifted right, behind <bos>")
     assert (labels == EOS).sum(1).eq(1).all(), \
         f"each label row needs exactly one <eos> = 2 after the symbols, got\n{labels}"
     assert not (tgt_in == EOS).any(), "<eos> is never fed to the decoder: replace it by <pad> in the decoder input"
     at_row_end = torch.cat([src, torch.full((B, 1), EOS)], dim=1)
-    if torch.equal(labels, at_row_end):
+    if equal(labels, at_row_end):
         raise AssertionError("<eos> must come right after each sentence's last symbol, not at the end of the "
                              "padded row: labels[b, length_b] = 2, then <pad>")
     name_difference(labels, expected_labels, f"the labels for src {tuple(src.shape)}: ", "; label rows are the "
                     "symbols, then <eos> = 2, then <pad> = 0")
     name_difference(tgt_in, expected_in, f"the decoder input for "
                     f"src {tuple(src.shape)}: ", "; it is <bos> = 1, then the labels shifted right, without <eos>")
-    assert torch.equal(labels, expected_labels), f"labels should be\n{expected_labels}\ngot\n{labels}"
-    assert torch.equal(tgt_in, expected_in), f"the decoder input should be\n{expected_in}\ngot\n{tgt_in}"
+    assert equal(labels, expected_labels), f"labels should be\n{expected_labels}\ngot\n{labels}"
+    assert equal(tgt_in, expected_in), f"the decoder input should be\n{expected_in}\ngot\n{tgt_in}"
 
 
 def check_copy_batch(your_function) -> None:
     """`copy_batch(src)` -> (decoder input, labels) for the copy task, as `reversal_batch` builds them."""
+    __tracebackhide__ = True                 # IPython and pytest show the message, not this frame
     def check(copy_batch):
         for src in _copy_sources():
             _check_copy_on(copy_batch, src)

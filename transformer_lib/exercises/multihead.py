@@ -11,8 +11,9 @@ from torch import Tensor
 
 from transformer_lib.attention import scaled_dot_product_attention, subsequent_mask
 from transformer_lib.exercises import Refuse, call, fresh_generator, run_checker
-from transformer_lib.exercises.explain import name_difference
+from transformer_lib.exercises.explain import name_difference, name_slip, shape_story
 from transformer_lib.multihead import MultiHeadAttention, merge_heads, split_heads
+from transformer_lib.exercises.guards import allclose, assert_close, equal, tensor_isclose
 
 _NO_SPLIT_HEADS = [Refuse(split_heads, "split_heads is the course's own function, the one this exercise asks you to "
                           "write: view x as (B, L, H, d_k), then transpose(1, 2)")]
@@ -32,6 +33,9 @@ def _check_split_heads(my_split_heads) -> None:
                       refuse=_NO_SPLIT_HEADS)
         assert isinstance(result, Tensor), f"my_split_heads must return a torch.Tensor, got {type(result).__name__}"
         d_k = D // H
+        story = shape_story(tuple(result.shape), tuple(expected.shape), ("B", "H", "L", "d_k"))
+        if story and "is gone" in story:                                 # a squeeze() that lost B = 1 (or L = 1)
+            raise AssertionError(f"my_split_heads(x of shape {(B, L, D)}, n_heads={H}): {story}")
         if tuple(result.shape) == (B, L, H, d_k) and L != H:
             raise AssertionError(f"shape {tuple(result.shape)} is (B, L, H, d_k): move the heads before the "
                                  f"positions with .transpose(1, 2) to get (B, H, L, d_k)")
@@ -44,38 +48,99 @@ def _check_split_heads(my_split_heads) -> None:
         if tuple(result.shape) == (B * H, L, d_k):
             raise AssertionError(f"shape {tuple(result.shape)} is (B·H, L, d_k), nn.MultiheadAttention's internal "
                                  "layout; keep the heads as a dimension of their own: (B, H, L, d_k)")
-        assert result.shape == expected.shape, \
-            f"expected shape (B, H, L, d_k) = {tuple(expected.shape)} for n_heads={H}, got {tuple(result.shape)}"
-        if torch.equal(result, x.reshape(B, H, L, d_k)) and not torch.equal(result, expected):
+        assert result.shape == expected.shape, (story or f"expected shape (B, H, L, d_k) = {tuple(expected.shape)} "
+                                                f"for n_heads={H}, got {tuple(result.shape)}")
+        if equal(result, x.reshape(B, H, L, d_k)) and not equal(result, expected):
             raise AssertionError("x.view(B, H, L, d_k) has the right shape but mixes positions and features: "
                                  "head 0 would get whole positions. View as (B, L, H, d_k), then transpose(1, 2)")
-        if torch.equal(result, x.view(B, L, d_k, H).permute(0, 3, 1, 2)) and not torch.equal(result, expected):
+        if equal(result, x.view(B, L, d_k, H).permute(0, 3, 1, 2)) and not equal(result, expected):
             raise AssertionError("you cut the features as (d_k, H), so head i got features i, i + H, i + 2H, ...; "
                                  "view the last dimension as (H, d_k): head i holds the block i*d_k .. (i+1)*d_k - 1")
         name_difference(result, expected, f"my_split_heads(x of shape {(B, L, D)}, n_heads={H}): ",
                         "; head i holds features i*d_k .. (i+1)*d_k - 1 of every position")
-        assert torch.equal(result, expected), (
+        assert equal(result, expected), (
             f"head i must hold features i*d_k .. (i+1)*d_k - 1 of every position; for x = arange, head 1 of "
             f"position 0 is {expected[0, 1, 0].tolist()}, yours is {result[0, 1, 0].tolist()}")
-        assert torch.equal(merge_heads(result), x), "merge_heads(my_split_heads(x)) must give x back"
+        assert equal(merge_heads(result), x), "merge_heads(my_split_heads(x)) must give x back"
 
 
 def check_split_heads(your_function) -> None:
     """Exercise 1 of notebook 05: (B, L, D) -> (B, H, L, d_k)."""
+    __tracebackhide__ = True                 # IPython and pytest show the message, not this frame
     run_checker("split heads", your_function, _check_split_heads)
 
 
-def _by_hand(layer: MultiHeadAttention, x: Tensor, mask: Tensor | None, scale: float, out_proj: bool = True,
-             dim: int = -1, split=split_heads, merge=merge_heads, swap: bool = False, heads: int = 0) -> Tensor:
-    """Causal self-attention from the layer's projections; the arguments reproduce the usual slips."""
-    q, k, v = (split(proj(x), heads or layer.n_heads) for proj in (layer.q_proj, layer.k_proj, layer.v_proj))
+def _by_hand(case: tuple, mask: str = "causal", scale: str = "sqrt(d_k)", out_proj: bool = True, dim: int = -1,
+             split: str = "view", merge: str = "transpose", swap: bool = False, heads: str = "n_heads",
+             fill: float = float("-inf"), key_from: str = "k_proj", value_from: str = "v_proj",
+             zero_after: bool = False) -> Tensor:
+    """Causal self-attention from the layer's projections, each step a knob: the defaults give the right
+    answer, one knob turned one usual slip (`name_slip` tries them one and two at a time)."""
+    layer, x = case
+    B, T, D = x.shape
+    n_heads = layer.n_heads if heads == "n_heads" else 1
+    d_k = D // n_heads
+    projections = {"q_proj": layer.q_proj, "k_proj": layer.k_proj, "v_proj": layer.v_proj}
+    do_split = split_heads if split == "view" else _split_without_transpose
+    q, k, v = (do_split(proj(x), n_heads) for proj in (layer.q_proj, projections[key_from], projections[value_from]))
     if swap:
         q, k = k, q
-    scores = q @ k.transpose(-2, -1) / scale                             # (B, H, T, T)
-    if mask is not None:
-        scores = scores.masked_fill(mask, float("-inf"))
-    out = merge(scores.softmax(dim=dim) @ v)                             # (B, T, D)
+    divisor = {"sqrt(d_k)": math.sqrt(d_k), "1": 1.0, "sqrt(d_model)": math.sqrt(D), "sqrt(n_heads)": math.sqrt(layer.n_heads),
+               "d_k": float(d_k), "sqrt(T)": math.sqrt(T)}[scale]
+    scores = q @ k.transpose(-2, -1) / divisor                           # (B, H, T, T)
+    blocked = {"causal": subsequent_mask(T), "none": None, "one late": torch.triu(torch.ones(T, T, dtype=torch.bool), 2),
+               "the past": subsequent_mask(T).T, "the diagonal too": torch.triu(torch.ones(T, T, dtype=torch.bool)),
+               "inverted": ~subsequent_mask(T)}[mask]
+    if blocked is not None and not zero_after:
+        scores = scores.masked_fill(blocked, fill)
+    weights = scores.softmax(dim=dim)
+    if blocked is not None and zero_after:
+        weights = weights.masked_fill(blocked, 0.0)
+    out = weights @ v                                                    # (B, H, T, d_k)
+    out = {"transpose": merge_heads, "no transpose": _merge_without_transpose,                 # (B, T, D)
+           "features first": lambda o: o.permute(0, 2, 3, 1).reshape(B, T, D)}[merge](out)
     return layer.out_proj(out) if out_proj else out
+
+
+_ATTENTION_SLIPS = {  # each message, and the knobs of `_by_hand` that make its slip
+    "no causal mask: position 0's output depends on later positions; block keys j > i with "
+    "subsequent_mask(T) (True above the diagonal)": dict(mask="none"),
+    "the causal mask is off by one: query i also sees key i + 1. Block every key j > i: "
+    "torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)": dict(mask="one late"),
+    "the mask blocks the PAST (keys j < i) instead of the future: True above the diagonal, "
+    "torch.triu(..., diagonal=1), not tril": dict(mask="the past"),
+    "the diagonal is blocked too, so query 0 has no key left (NaN): query i may attend to itself; block only the "
+    "keys j > i, torch.triu(..., diagonal=1)": dict(mask="the diagonal too"),
+    "the mask is inverted: True (blocked) must be ABOVE the diagonal, the future keys; yours lets each query see "
+    "only the future": dict(mask="inverted"),
+    "the masked scores were filled with 0, and exp(0) = 1 is not a zero weight: fill them with -inf "
+    "(scores.masked_fill(mask, float('-inf')))": dict(fill=0.0),
+    "you zeroed the masked weights AFTER the softmax, so each row no longer sums to 1: fill the masked scores with "
+    "-inf BEFORE the softmax": dict(zero_after=True),
+    "the scale is sqrt(d_model); each head divides by sqrt(d_k) = sqrt(d_model / n_heads)": dict(scale="sqrt(d_model)"),
+    "the scores were not scaled: divide them by sqrt(d_k) = sqrt(d_model / n_heads)": dict(scale="1"),
+    "the scores were divided by d_k; eq. 1 divides by its square root, sqrt(d_k)": dict(scale="d_k"),
+    "the scale is sqrt(n_heads); each head divides by sqrt(d_k) = sqrt(d_model / n_heads)": dict(scale="sqrt(n_heads)"),
+    "the scores were divided by sqrt(T), the number of positions; eq. 1 divides by sqrt(d_k), the size of a head":
+        dict(scale="sqrt(T)"),
+    "no output projection: apply layer.out_proj to the merged heads": dict(out_proj=False),
+    "the softmax ran over the queries (dim=-2); normalise over the keys, dim=-1": dict(dim=-2),
+    "queries and keys are swapped: scores[i, j] = q_i · k_j with q from layer.q_proj, k from layer.k_proj "
+    "(q @ k.transpose(-2, -1))": dict(swap=True),
+    "the keys came from layer.q_proj; keys come from layer.k_proj: k = layer.k_proj(x)": dict(key_from="q_proj"),
+    "the values came from layer.q_proj; values come from layer.v_proj: v = layer.v_proj(x)": dict(value_from="q_proj"),
+    "the values came from layer.k_proj; values come from layer.v_proj: v = layer.v_proj(x)": dict(value_from="k_proj"),
+    "keys and values both came from layer.q_proj; k = layer.k_proj(x), v = layer.v_proj(x)":
+        dict(key_from="q_proj", value_from="q_proj"),
+    "you used ONE head of size d_model: split q, k and v into layer.n_heads heads of size d_k first":
+        dict(heads="one", scale="sqrt(d_model)"),
+    "the heads were split with a view to (B, H, T, d_k) without the transpose, which mixes positions and "
+    "features: view as (B, T, H, d_k), then transpose(1, 2)": dict(split="no transpose"),
+    "the heads were merged with a reshape of (B, H, T, d_k) to (B, T, D) without moving the heads back: "
+    "transpose(1, 2) first, then reshape": dict(merge="no transpose"),
+    "the heads were merged as (B, T, d_k, H), features before heads: position t's output must hold head 0's d_k "
+    "features, then head 1's, ...: out.transpose(1, 2).reshape(B, T, D)": dict(merge="features first"),
+}
 
 
 def _split_without_transpose(x: Tensor, n_heads: int) -> Tensor:
@@ -117,53 +182,50 @@ def _check_attention_with(causal_self_attention, B: int, T: int, D: int, H: int,
         hook.remove()
     with torch.no_grad():
         expected, _ = layer(x, x, x, attn_mask=causal)
-        d_k = D // H
-        sqrt_d_k = math.sqrt(d_k)
-        slips = {
-            "no causal mask: position 0's output depends on later positions; block keys j > i with "
-            "subsequent_mask(T) (True above the diagonal)": _by_hand(layer, x, None, sqrt_d_k),
-            "the causal mask is off by one: query i also sees key i + 1. Block every key j > i: "
-            "torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)":
-                _by_hand(layer, x, torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=2), sqrt_d_k),
-            "the mask blocks the PAST (keys j < i) instead of the future: True above the diagonal, "
-            "torch.triu(..., diagonal=1), not tril": _by_hand(layer, x, causal.T, sqrt_d_k),
-            "the scale is sqrt(d_model); each head divides by sqrt(d_k) = sqrt(d_model / n_heads)":
-                _by_hand(layer, x, causal, math.sqrt(D)),
-            "the scores were not scaled: divide them by sqrt(d_k) = sqrt(d_model / n_heads)":
-                _by_hand(layer, x, causal, 1.0),
-            "no output projection: apply layer.out_proj to the merged heads": _by_hand(layer, x, causal, sqrt_d_k, False),
-            "the softmax ran over the queries (dim=-2); normalise over the keys, dim=-1":
-                _by_hand(layer, x, causal, sqrt_d_k, dim=-2),
-            "the scale is sqrt(n_heads); each head divides by sqrt(d_k) = sqrt(d_model / n_heads)":
-                _by_hand(layer, x, causal, math.sqrt(H)),
-            "queries and keys are swapped: scores[i, j] = q_i · k_j with q from layer.q_proj, k from layer.k_proj "
-            "(q @ k.transpose(-2, -1))": _by_hand(layer, x, causal, sqrt_d_k, swap=True),
-            "you used ONE head of size d_model: split q, k and v into layer.n_heads heads of size d_k first":
-                _by_hand(layer, x, causal, math.sqrt(D), heads=1),
-            "the heads were split with a view to (B, H, T, d_k) without the transpose, which mixes positions and "
-            "features: view as (B, T, H, d_k), then transpose(1, 2)":
-                _by_hand(layer, x, causal, sqrt_d_k, split=_split_without_transpose),
-            "the heads were merged with a reshape of (B, H, T, d_k) to (B, T, D) without moving the heads back: "
-            "transpose(1, 2) first, then reshape": _by_hand(layer, x, causal, sqrt_d_k, merge=_merge_without_transpose),
-        }
+    d_k = D // H
     assert isinstance(result, Tensor), f"causal_self_attention must return a torch.Tensor, got {type(result).__name__}"
     result = result.detach()
-    assert result.shape == expected.shape, f"expected shape (B, T, D) = {tuple(expected.shape)}, got {tuple(result.shape)}"
+    if result.shape != expected.shape:
+        story = shape_story(tuple(result.shape), tuple(expected.shape), ("B", "T", "D"))
+        raise AssertionError(f"causal_self_attention: {story or f'expected shape (B, T, D) = {tuple(expected.shape)}, got {tuple(result.shape)}'}")
+    if allclose(result, expected, atol=1e-5, rtol=1e-4):
+        return
+    with torch.no_grad():
+        slip = name_slip([result], [(layer, x)], _by_hand, _ATTENTION_SLIPS,
+                         lambda got, wrong: bool(allclose(got, wrong, atol=1e-5, rtol=1e-4, equal_nan=True)))
+    if slip:
+        raise AssertionError(f"causal_self_attention (B={B}, T={T}, D={D}, n_heads={H}): {slip}")
     assert not result.isnan().any(), (
-        "NaN in the output: some query has every key blocked. Query i may attend to keys 0..i, itself included, "
-        "so the mask is True (blocked) only above the diagonal: torch.triu(ones, diagonal=1), not diagonal=0, "
-        "and not inverted")
-    for message, wrong in slips.items():
-        assert not torch.allclose(result, wrong, atol=1e-5, rtol=1e-4) or torch.allclose(
-            wrong, expected, atol=1e-5, rtol=1e-4), message
+        "NaN in the output: some query has every key blocked, or a 0 · inf. Query i may attend to keys 0..i, itself "
+        "included, so the mask is True (blocked) only above the diagonal: torch.triu(ones, diagonal=1), not "
+        "diagonal=0, and not inverted; and fill with masked_fill, not by multiplying by inf")
+    later = x.clone()
+    later[:, -1] += 1.0                                                  # change only the last position
+    hook = layer.register_forward_pre_hook(_refuse_the_layer)
+    try:
+        moved = call(causal_self_attention, later, layer, refuse=_NO_FUSED, on="x with its last position changed")
+    finally:
+        hook.remove()
+    if T > 1 and not allclose(moved.detach()[:, :-1], result[:, :-1], atol=1e-6):
+        raise AssertionError("changing x at the LAST position changed the outputs at earlier positions: your attention "
+                             "is not causal. Block the keys j > i of each query i before the softmax "
+                             "(masked_fill(subsequent_mask(T), -inf))")
+    wrong_at = (~tensor_isclose(result, expected, atol=1e-5, rtol=1e-4)).any(dim=-1)   # (B, T)
+    positions = wrong_at.any(dim=0).nonzero().flatten().tolist()
+    if positions and positions != list(range(T)):
+        raise AssertionError(f"causal_self_attention is right at positions {sorted(set(range(T)) - set(positions))} "
+                             f"and wrong at positions {positions} (B={B}, T={T}): position 0 sees only itself, so its "
+                             "output checks the projections, the heads and the output projection; later positions "
+                             "add the mask, the scale and the softmax over several keys")
     name_difference(result, expected, "causal_self_attention: ", "; compare your steps with MultiHeadAttention.forward",
-                    {"sqrt(d_k)": sqrt_d_k, "sqrt(d_model)": math.sqrt(D)})
-    torch.testing.assert_close(result, expected, atol=1e-5, rtol=1e-4, msg=lambda m: (
+                    {"sqrt(d_k)": math.sqrt(d_k), "sqrt(d_model)": math.sqrt(D)})
+    assert_close(result, expected, atol=1e-5, rtol=1e-4, msg=lambda m: (
         "causal_self_attention differs from layer(x, x, x, attn_mask=subsequent_mask(T))[0], and not by one of "
-        "the usual slips (mask, scale, softmax axis, head split or merge, output projection). Compare your "
-        f"steps one by one with MultiHeadAttention.forward: {m}"))
+        "the usual slips (mask, scale, softmax axis, head split or merge, projections) or two of them. Compare "
+        f"your steps one by one with MultiHeadAttention.forward: {m}"))
 
 
 def check_causal_self_attention(your_function) -> None:
     """Exercise 2 of notebook 05: causal multi-head self-attention from a layer's projections."""
+    __tracebackhide__ = True                 # IPython and pytest show the message, not this frame
     run_checker("causal self-attention with H heads", your_function, _check_causal_self_attention)

@@ -9,6 +9,7 @@ from torch import nn
 from transformer_lib.exercises import Refuse, call, fresh_generator, run_checker
 from transformer_lib.exercises.explain import name_difference
 from transformer_lib.positional import PositionalEncoding, sinusoidal_table
+from transformer_lib.exercises.guards import allclose, assert_close
 
 _NO_LIBRARY = [Refuse(sinusoidal_table, "sinusoidal_table is the course's own table, the one this exercise asks you "
                       "to write: compute each entry with math.sin / math.cos in two loops"),
@@ -63,22 +64,27 @@ def _check_loop_table(loop_table) -> None:
         assert isinstance(got, torch.Tensor), f"return a torch.Tensor, got {type(got).__name__}"
         assert tuple(got.shape) == (max_len, d_model), \
             f"loop_table({max_len}, {d_model}) must have shape ({max_len}, {d_model}), got {tuple(got.shape)}"
+        dtype = got.dtype
         expected = sinusoidal_table(max_len, d_model).double()
         got = got.double()
-        if torch.allclose(got, expected, atol=1e-6):
+        if allclose(got, expected, atol=1e-6):
+            assert dtype == torch.float64, (f"loop_table({max_len}, {d_model}) has the right values in {dtype}; the "
+                                            "exercise asks for float64, the precision of math.sin and math.cos: "
+                                            "torch.zeros(max_len, d_model, dtype=torch.float64)")
             continue
         for message, variant in _SLIPS.items():
-            if d_model > 2 and torch.allclose(got, _table(max_len, d_model, **variant), atol=1e-6):
+            if d_model > 2 and allclose(got, _table(max_len, d_model, **variant), atol=1e-6):
                 raise AssertionError(f"loop_table({max_len}, {d_model}): {message}")
         name_difference(got, expected, f"loop_table({max_len}, {d_model}): ", "; PE[pos, 2i] = sin(pos / 10000 ** "
                         "(2i / d_model)), PE[pos, 2i+1] = cos(same angle)")
-        torch.testing.assert_close(got, expected, atol=1e-6, rtol=0, msg=lambda m: (
+        assert_close(got, expected, atol=1e-6, rtol=0, msg=lambda m: (
             f"loop_table({max_len}, {d_model}) differs from sinusoidal_table: {m}\n"
             "PE[pos, 2i] = sin(pos / 10000 ** (2i / d_model)) and PE[pos, 2i+1] = cos(same angle)"))
 
 
 def check_loop_table(loop_table) -> None:
     """`loop_table(max_len, d_model)`: the §3.5 table with two Python loops, equal to `sinusoidal_table`."""
+    __tracebackhide__ = True                 # IPython and pytest show the message, not this frame
     run_checker("the sinusoidal table with two loops", loop_table, _check_loop_table)
 
 
@@ -116,23 +122,23 @@ def _check_learned_with(module_class, d_model: int, max_len: int, B: int, L: int
         if isinstance(e, (RuntimeError, IndexError)) else None))
     assert isinstance(out, torch.Tensor) and out.shape == x.shape, \
         f"the output must have the shape of x, (B, L, D) = {tuple(x.shape)}, got {getattr(out, 'shape', out)}"
-    assert not torch.allclose(out, out[:1].expand_as(out)) or B == 1, \
+    assert not allclose(out, out[:1].expand_as(out)) or B == 1, \
         "return x plus the position vectors, not the position vectors alone"
-    if len(parameters) == 1 and torch.allclose(out, x * _rows(parameters[0].detach(), max_len)[:L], atol=1e-5):
+    if len(parameters) == 1 and allclose(out, x * _rows(parameters[0].detach(), max_len)[:L], atol=1e-5):
         raise AssertionError("you multiplied x by the table rows; the positions are ADDED: x + table[:L]")
     added = out - x                                                   # (B, L, D): the position vectors
-    torch.testing.assert_close(added, added[:1].expand_as(added), msg=lambda m: (
+    assert_close(added, added[:1].expand_as(added), msg=lambda m: (
         "the vector added at a position must not depend on the sentence (the batch row): "
         f"add table rows 0 .. L-1 to every row of the batch. {m}"))
-    assert not torch.allclose(added[0, 0], added[0, 1]), "positions 0 and 1 got the same vector: look up row t for position t"
+    assert not allclose(added[0, 0], added[0, 1]), "positions 0 and 1 got the same vector: look up row t for position t"
     if len(parameters) == 1:                         # one table: position t must get its row t
         table = _rows(parameters[0].detach(), max_len)                                  # (max_len, D)
-        if torch.allclose(added[0], table[:L].flip(0), atol=1e-5) and L > 1:
+        if allclose(added[0], table[:L].flip(0), atol=1e-5) and L > 1:
             raise AssertionError("the positions are reversed: position t must get row t of the table, not row L-1-t")
-        if L < max_len and torch.allclose(added[0], table[1:L + 1], atol=1e-5):
+        if L < max_len and allclose(added[0], table[1:L + 1], atol=1e-5):
             raise AssertionError("position t got row t + 1: positions count from 0, look up rows torch.arange(L)")
         name_difference(added[0], table[:L], "the vectors your module adds: ", "; position t gets row t of the table")
-        torch.testing.assert_close(added[0], table[:L], msg=lambda m: (
+        assert_close(added[0], table[:L], msg=lambda m: (
             f"position t must get row t of the table (x + table[:L]); yours adds something else: {m}"))
     assert out.requires_grad, ("the output does not depend on the table through autograd (a .detach(), .data or "
                                "torch.tensor(...) on the way?): the table must be trained")
@@ -156,4 +162,5 @@ def _check_learned_with(module_class, d_model: int, max_len: int, B: int, L: int
 
 def check_learned_positions(module_class) -> None:
     """`LearnedPositionalEncoding(d_model, max_len)`: x + a trainable (max_len, d_model) table."""
+    __tracebackhide__ = True                 # IPython and pytest show the message, not this frame
     run_checker("learned positional embeddings", module_class, _check_learned_positions)

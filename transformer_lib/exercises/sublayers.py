@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from transformer_lib.exercises import Refuse, call, fresh_generator, run_checker
 from transformer_lib.exercises.explain import name_difference
 from transformer_lib.sublayers import LayerNorm, PositionwiseFeedForward, SublayerConnection
+from transformer_lib.exercises.guards import allclose, assert_close
 
 _NO_RMS_NORM = [Refuse("rms_norm", "F.rms_norm (or nn.RMSNorm) is PyTorch's RMSNorm, the one the checker compares "
                        "with; write the formula yourself: weight * x / sqrt(mean(x²) + eps)")]
@@ -60,7 +61,7 @@ def _check_rms_norm(rms_norm) -> None:
         assert isinstance(result, Tensor), f"rms_norm must return a torch.Tensor, got {type(result).__name__}"
         result = result.detach()
         assert result.shape == expected.shape, f"rms_norm returned shape {tuple(result.shape)}, expected {tuple(x.shape)}"
-        if torch.allclose(result, expected, atol=1e-5, rtol=1e-4):
+        if allclose(result, expected, atol=1e-5, rtol=1e-4):
             continue
         ms = x.pow(2).mean(dim=-1, keepdim=True)                          # (B, L, 1): mean of the squares
         centred = x - x.mean(dim=-1, keepdim=True)
@@ -95,17 +96,27 @@ def _check_rms_norm(rms_norm) -> None:
              (weight * x) / torch.sqrt((weight * x).pow(2).mean(dim=-1, keepdim=True) + eps)),
             ("you averaged |x|; RMSNorm averages the SQUARES: sqrt(mean(x²) + eps)",
              weight * x / torch.sqrt(x.abs().mean(dim=-1, keepdim=True) + eps)),
+            ("you divided by the mean of |x|; RMSNorm divides by the root of the mean of the SQUARES: "
+             "sqrt(mean(x²) + eps)", weight * x / (x.abs().mean(dim=-1, keepdim=True) + eps)),
+            ("you divided by the mean of |x|; RMSNorm divides by the root of the mean of the SQUARES: "
+             "sqrt(mean(x²) + eps)", weight * x / x.abs().mean(dim=-1, keepdim=True)),
+            ("you divided by the largest |x|; RMSNorm divides by the root of the mean of the squares: "
+             "sqrt(mean(x²) + eps)", weight * x / x.abs().amax(dim=-1, keepdim=True)),
+            ("you divided by the norm of x, sqrt(sum(x²)); RMSNorm takes the MEAN of the squares (divide the sum "
+             "by D): sqrt(mean(x²) + eps)", weight * x / x.norm(dim=-1, keepdim=True)),
         ]
+        slips.append(("eps was added to the output; it goes inside the square root: sqrt(mean(x²) + eps)",
+                      weight * x / ms.sqrt() + eps))
         if eps > 0.1:  # with a tiny ε, where it goes makes no visible difference
             slips += [("eps must go inside the square root: sqrt(mean(x²) + eps), as in nn.RMSNorm",
                        weight * x / (ms.sqrt() + eps)),
                       (f"eps is missing: divide by sqrt(mean(x²) + eps), which stays defined when x is all zeros "
                        f"(here eps = {eps})", weight * x / ms.sqrt())]
         for message, wrong in slips:
-            assert not torch.allclose(result, wrong, atol=1e-5, rtol=1e-4) or wrong.shape != result.shape, message
+            assert not allclose(result, wrong, atol=1e-5, rtol=1e-4) or wrong.shape != result.shape, message
         name_difference(result, expected, f"rms_norm(x of shape {tuple(x.shape)}, eps={eps:.3g}): ",
                         "; γ ⊙ x / sqrt(mean(x²) + eps), the mean over the last dimension")
-        torch.testing.assert_close(result, expected, atol=1e-5, rtol=1e-4, msg=lambda m: (
+        assert_close(result, expected, atol=1e-5, rtol=1e-4, msg=lambda m: (
             f"rms_norm differs from nn.RMSNorm(D, eps={eps}) with the same weight: γ ⊙ x / sqrt(mean(x²) + eps), "
             f"the mean over the last dimension, with keepdim=True: {m}"))
     zeros = call(rms_norm, torch.zeros(2, 8), torch.randn(8), 1e-6, on="x all zeros (eps=1e-6)", refuse=_NO_RMS_NORM)
@@ -114,6 +125,7 @@ def _check_rms_norm(rms_norm) -> None:
 
 def check_rms_norm(your_function) -> None:
     """Exercise 1 of notebook 06: RMSNorm, against torch.nn.RMSNorm."""
+    __tracebackhide__ = True                 # IPython and pytest show the message, not this frame
     run_checker("RMSNorm", your_function, _check_rms_norm)
 
 
@@ -146,6 +158,7 @@ def _check_pre_ln_with(pre_ln_residual, B: int, L: int, D: int, generator: torch
             "there is a LayerNorm on the output too; pre-LN leaves the residual path alone: x + Sublayer(LayerNorm(x))":
                 norm(x + sublayer(norm(x))),
             "the LayerNorm was applied twice: x + Sublayer(LayerNorm(x)) normalises once": x + sublayer(norm(norm(x))),
+            "x was added twice: the residual adds it once, x + Sublayer(LayerNorm(x))": 2 * x + sublayer(norm(x)),
             "the LayerNorm was applied to the sublayer's output too; pre-LN normalises only its input: "
             "x + Sublayer(LayerNorm(x))": x + norm(sublayer(norm(x))),
             "you normalised with F.layer_norm, without the given norm's gain and bias: call norm(x), the module "
@@ -155,13 +168,14 @@ def _check_pre_ln_with(pre_ln_residual, B: int, L: int, D: int, generator: torch
     result = result.detach()
     assert result.shape == expected.shape, f"expected shape (B, L, D) = {tuple(expected.shape)}, got {tuple(result.shape)}"
     for message, wrong in slips.items():
-        assert not torch.allclose(result, wrong, atol=1e-5, rtol=1e-4) or torch.allclose(
+        assert not allclose(result, wrong, atol=1e-5, rtol=1e-4) or allclose(
             wrong, expected, atol=1e-5, rtol=1e-4), message
     name_difference(result, expected, "pre_ln_residual: ", "; x + Sublayer(LayerNorm(x))")
-    torch.testing.assert_close(result, expected, atol=1e-5, rtol=1e-4, msg=lambda m: (
+    assert_close(result, expected, atol=1e-5, rtol=1e-4, msg=lambda m: (
         f"pre_ln_residual differs from SublayerConnection(norm_first=True) without dropout: {m}"))
 
 
 def check_pre_ln_residual(your_function) -> None:
     """Exercise 2 of notebook 06: x + Sublayer(LayerNorm(x))."""
+    __tracebackhide__ = True                 # IPython and pytest show the message, not this frame
     run_checker("pre-LN residual connection", your_function, _check_pre_ln_residual)

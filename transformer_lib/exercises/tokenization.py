@@ -4,9 +4,17 @@ Hand-written, not exported: see `transformer_lib.exercises`. The checkers run th
 sentences of the course corpus and compare it with what a word-level tokenizer and the `Metaspace`
 decoder of `transformer_lib.tokenization` must give.
 """
-from transformer_lib.exercises import call, fresh_random, run_checker
+from tokenizers import Tokenizer, decoders
 
-_TRAIN = ["the cat chased a dog", "la miro la vaskon casis", "a dog will rest", "the cat rested"]
+from transformer_lib.exercises import Refuse, call, fresh_random, run_checker
+from transformer_lib.tokenization import SubwordTokenizer
+
+_BY_HAND = ("the exercise asks for the Metaspace decoder by hand; tokenizers' decoders (and a tokenizer's decode) "
+            "are what it rebuilds: join the pieces and turn each ▁ into a space yourself")
+_NO_DECODER = [Refuse((decoders.Decoder, "decode"), _BY_HAND), Refuse((Tokenizer, "decode"), _BY_HAND),
+               Refuse((Tokenizer, "decode_batch"), _BY_HAND), Refuse((SubwordTokenizer, "decode"), _BY_HAND)]
+
+_TRAIN = ["the cat chased a dog", "la miro la vaskon casis", "a dog will rest", "The cat rested"]  # The ≠ the
 
 
 def _random_texts(rng) -> list[str]:
@@ -45,6 +53,10 @@ def _check_tokenizer_on(tokenizer_class, train: list[str], unknown_text: str | N
             "id i is the i-th known word counting from 1 (id 0 is <unk>): keep '<unk>' at index 0 of your list "
             "of words" if isinstance(e, (IndexError, KeyError)) else None))
         assert isinstance(decoded, str), f"decode must return the text, a str, got {type(decoded).__name__} {decoded!r}"
+        if decoded != text and decoded.split() == text.lower().split():
+            raise AssertionError(f"decode(encode({text!r})) gave {decoded!r}: you lower-cased the words. Words are "
+                                 "split on spaces and kept as they are, so 'The' and 'the' are two words with "
+                                 "two ids")
         if decoded != text and isinstance(decoded, str) and decoded.split() != text.split():
             shifted = [words[i % len(words)] if 0 < i <= len(words) else "?" for i in ids]   # ids read one too high
             if " ".join(shifted) == decoded:
@@ -79,6 +91,7 @@ def _check_tokenizer_on(tokenizer_class, train: list[str], unknown_text: str | N
 
 def check_word_tokenizer(tokenizer_class) -> None:
     """`WordTokenizer(texts)` with `encode(text) -> ids` and `decode(ids) -> text`; id 0 is `<unk>`."""
+    __tracebackhide__ = True                 # IPython and pytest show the message, not this frame
     run_checker("a word-level tokenizer with <unk>", tokenizer_class, _check_word_tokenizer)
 
 
@@ -89,6 +102,7 @@ _PIECES = [
     (["▁a", "▁brave", "▁bird"], "a brave bird"),
     ([], ""),
     (["▁a", "▁", "▁b"], "a  b"),                        # a lone ▁ is a space of its own
+    (["mir", "ojn", "▁la"], "mirojn la"),               # no ▁ in front: nothing to drop at the start
 ]
 
 
@@ -106,7 +120,11 @@ def _random_pieces(rng) -> tuple[list[str], str]:
 def _check_join_pieces(join_pieces) -> None:
     rng = fresh_random()
     for pieces, text in _PIECES + [_random_pieces(rng) for _ in range(3)]:
-        got = call(join_pieces, list(pieces), on=f"joining {pieces}" + (" (an empty text)" if not pieces else ""))
+        got = call(join_pieces, list(pieces), on=f"joining {pieces}" + (" (an empty text)" if not pieces else ""),
+                   refuse=_NO_DECODER, hint=lambda e: (
+                       "the first piece has no ▁, so it starts the text without a space (tokenizer.decode gives "
+                       f"{text!r}): do not assume a word before it" if pieces and not pieces[0].startswith("▁")
+                       and isinstance(e, (IndexError, KeyError)) else None))
         assert isinstance(got, str), f"join_pieces must return a str, got {type(got).__name__}"
         if got == text:
             continue
@@ -127,10 +145,13 @@ def _check_join_pieces(join_pieces) -> None:
                                  "before it, so glue the pieces together without spaces")
         if got == text[1:] or got == text[:-1]:
             raise AssertionError(f"join_pieces({pieces}) gave {got!r}: a letter was cut; drop only a leading "
-                                 "space, and only if there is one")
+                                 "space, and only if there is one" + (" (here the first piece has no ▁, so the text "
+                                                                     "starts with a letter)" if pieces and not
+                                                                     pieces[0].startswith("▁") else ""))
         assert got == text, f"join_pieces({pieces}) gave {got!r}, expected {text!r}"
 
 
 def check_join_pieces(join_pieces) -> None:
     """`join_pieces(tokens)`: the Metaspace decoder by hand, `["▁la", "▁mir", "ojn"]` -> `"la mirojn"`."""
+    __tracebackhide__ = True                 # IPython and pytest show the message, not this frame
     run_checker("the Metaspace decoder by hand", join_pieces, _check_join_pieces)

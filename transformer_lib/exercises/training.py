@@ -10,8 +10,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_lib.exercises import Refuse, call, fresh_random, run_checker
-from transformer_lib.exercises.explain import name_difference, regime
+from transformer_lib.exercises.explain import name_difference, regime, where_wrong
 from transformer_lib.training import LabelSmoothingLoss, cooldown_factor, noam_lr
+from transformer_lib.exercises.guards import allclose, assert_close, isclose
 
 _BY_HAND = ("the exercise asks for the loss by hand, without F.cross_entropy (or nn.CrossEntropyLoss) and without "
             "LabelSmoothingLoss: build q = (1 − ε)·one_hot + ε/V and compute −Σ q · log_softmax(logits)")
@@ -29,17 +30,19 @@ def _smoothed_variants(logits: torch.Tensor, target: torch.Tensor, eps: float, p
     """The usual slips of a hand-written label-smoothed loss, each with the message that names it."""
     N, V = logits.shape
     log_p = logits.log_softmax(-1)                                            # (N, V)
-    one_hot = F.one_hot(target, V).double()                                   # (N, V)
+    one_hot = F.one_hot(target.clamp(min=0), V).double()                      # (N, V); a negative pad_id: class 0
     real = target != pad_id                                                   # (N,)
     q = (1 - eps) * one_hot + eps / V                                         # (N, V): PyTorch's target
     per_position = -(q * log_p).sum(-1)                                       # (N,)
-    annotated = ((1 - eps) * one_hot + eps / (V - 2) * (1 - one_hot)).index_fill(1, torch.tensor([pad_id]), 0.0)
+    annotated = ((1 - eps) * one_hot + eps / (V - 2) * (1 - one_hot)).index_fill(1, torch.tensor([max(pad_id, 0)]), 0.0)
     entropy = -(q * q.log()).sum(-1) if eps > 0 else torch.zeros(N, dtype=log_p.dtype)
     variants = {
         "you averaged over padding positions too: keep only positions whose target is not pad_id, and divide "
         "by their number": per_position.mean(),
         "you summed the real positions' losses but divided by ALL positions, padding included: divide by the "
         "number of real (non-padding) targets": per_position[real].sum() / N,
+        "you summed the losses of ALL positions, padding included, and divided by the number of real ones: leave "
+        "the padding positions out of the sum too": per_position.sum() / real.sum(),
         "you summed over the positions; the loss is the MEAN over the real (non-padding) positions":
             per_position[real].sum(),
         "you averaged over the V classes too; sum q·log p over the vocabulary, then average over the positions":
@@ -74,6 +77,10 @@ def _smoothed_variants(logits: torch.Tensor, target: torch.Tensor, eps: float, p
             "every token: q = (1 − ε)·one_hot + ε/V": -((1 - eps) * one_hot * log_p).sum(-1)[real].mean(),
             "your loss ignores ε: it is the plain cross-entropy; mix the one-hot target with the uniform one, "
             "q = (1 − ε)·one_hot + ε/V": -(one_hot * log_p).sum(-1)[real].mean(),
+            "the true token's weight is 1 − ε, not 1: q = one_hot + ε/V sums to 1 + ε; q = (1 − ε)·one_hot + ε/V":
+                -((one_hot + eps / V) * log_p).sum(-1)[real].mean(),
+            "the smoothing term must be multiplied by ε: q = (1 − ε)·one_hot + ε/V, not (1 − ε)·one_hot + 1/V":
+                -(((1 - eps) * one_hot + 1 / V) * log_p).sum(-1)[real].mean(),
         }
     return variants
 
@@ -95,15 +102,22 @@ def _smoothing_cases() -> list[tuple[torch.Tensor, torch.Tensor, float, int, str
         (logits, other_pad, 0.2, 3, "pad_id=3 (and 0 a real token)"),
         (500 + logits, target, 0.1, 0, "large logits, around 500"),
         (60 * logits, target, 0.1, 0, "saturated logits (60 × randn: some probabilities are below 1e-40)"),
+        (logits, target.masked_fill(target == 0, -100), 0.1, -100, "pad_id=-100 (PyTorch's default ignore_index; "
+         "a negative id that is no class)"),
         (3 * torch.randn(N, V, generator=generator), drawn, round(rng.random() * 0.5, 3), pad, f"N={N}, V={V}")]
 
 
 def check_label_smoothing(your_function) -> None:
     """`your_function(logits (N, V), target (N,), eps, pad_id)` -> the label-smoothed loss, a scalar."""
+    __tracebackhide__ = True                 # IPython and pytest show the message, not this frame
     def _check(fn):
         for logits, target, eps, pad, what in _smoothing_cases():
             expected = F.cross_entropy(logits.double(), target, ignore_index=pad, label_smoothing=eps)
-            got = call(fn, logits, target, eps, pad, on=f"{what}, eps={eps}, pad_id={pad}", refuse=_NO_CROSS_ENTROPY)
+            got = call(fn, logits, target, eps, pad, on=f"{what}, eps={eps}, pad_id={pad}", refuse=_NO_CROSS_ENTROPY,
+                       hint=lambda e: (f"pad_id={pad} is not a class, so one_hot (or an index) of the padding targets "
+                                       "fails: leave the padding positions out first, or replace their target by any "
+                                       "class (target.masked_fill(target == pad_id, 0)) since they are dropped anyway"
+                                       if pad < 0 else None))
             assert isinstance(got, torch.Tensor) and got.dim() == 0, "return the loss as a scalar tensor (0 dimensions)"
             if _close(got, expected):
                 continue
@@ -120,16 +134,26 @@ def check_label_smoothing(your_function) -> None:
                 if _close(got, wrong) and not _close(wrong, expected):
                     raise AssertionError(f"ε = {eps}: {message}")
             cases = _smoothing_cases()
-            said = regime(cases, [_close(call(fn, lg, tg, e, pd, on=w), F.cross_entropy(
-                lg.double(), tg, ignore_index=pd, label_smoothing=e)) for lg, tg, e, pd, w in cases],
-                lambda c: "with ε = 0" if c[2] == 0 else "with pad_id 0 and ε > 0" if c[3] == 0 else "with another pad_id")
+            said = where_wrong([_right_on(fn, *case) for case in cases], cases, {
+                "with ε = 0": lambda c: c[2] == 0, "with ε > 0": lambda c: c[2] > 0,
+                "with pad_id 0": lambda c: c[3] == 0, "with a pad_id other than 0": lambda c: c[3] != 0,
+                "with a negative pad_id": lambda c: c[3] < 0, "for large logits": lambda c: c[0].abs().max() > 100})
             if said:
-                raise AssertionError(f"your loss is {said}: q = (1 − ε)·one_hot + ε/V, −Σ q · log_softmax(logits) at "
+                raise AssertionError(f"for {what}, ε = {eps}: your loss is {said}: q = (1 − ε)·one_hot + ε/V, −Σ q · log_softmax(logits) at "
                                      "every position, averaged over the positions whose target is not pad_id")
             raise AssertionError(f"for {what}, ε = {eps}, your loss is {float(got):.5f}, F.cross_entropy(logits, "
                                  f"target, ignore_index=pad_id, label_smoothing=ε) gives {float(expected):.5f}"
                                  + (" (even without smoothing: the mean of −log p(true token))" if eps == 0 else ""))
     run_checker("label smoothing by hand", your_function, _check)
+
+
+def _right_on(fn, logits, target, eps, pad, what) -> bool:
+    """Whether the learner's loss is right on one case (an exception counts as wrong)."""
+    try:
+        got = fn(logits, target, eps, pad)
+        return _close(got, F.cross_entropy(logits.double(), target, ignore_index=pad, label_smoothing=eps))
+    except Exception:
+        return False
 
 
 def _noam_slips(step: int, d: int, w: int) -> dict[str, float]:
@@ -144,15 +168,24 @@ def _noam_slips(step: int, d: int, w: int) -> dict[str, float]:
             d ** -0.5 * min(max(step - 1, 1e-300) ** -0.5, (step - 1) * w ** -1.5),
         "the decay branch uses step - 1; both branches take the same step, counted from 1: "
         "min(step^-0.5, step · warmup^-1.5)": d ** -0.5 * min(max(step - 1, 1e-300) ** -0.5, linear),
-        "the warmup branch is step · warmup_steps^-1.5 (a negative exponent)": d ** -0.5 * min(decay, step * w ** 1.5),
+        "your rate is the decay branch d_model^-0.5 · step^-0.5 at every step: the warmup branch "
+        "step · warmup_steps^-1.5 is missing (or has a positive exponent, which never makes it the minimum)":
+            d ** -0.5 * min(decay, step * w ** 1.5),
         "the warmup branch is step · warmup_steps^-1.5; you used the exponent -0.5": d ** -0.5 * min(decay, step * w ** -0.5),
         "the decay branch is step^-0.5 (it falls after the warmup); you used step^0.5": d ** -0.5 * min(step ** 0.5, linear),
         "the decay branch is step^-0.5, the inverse square root; you used 1 / step": d ** -0.5 * min(1 / step, linear),
+        "warmup_steps ** -3/2 is (warmup_steps ** -3) / 2: ** binds tighter than /, so write ** -1.5 or ** (-3 / 2)":
+            d ** -0.5 * min(decay, step * w ** -3 / 2),
+        "step ** -1/2 is (step ** -1) / 2: ** binds tighter than /, so write ** -0.5 or ** (-1 / 2)":
+            d ** -0.5 * min(step ** -1 / 2, linear),
+        "d_model ** -1/2 is (d_model ** -1) / 2: ** binds tighter than /, so write ** -0.5 or ** (-1 / 2)":
+            d ** -1 / 2 * min(decay, linear),
     }
 
 
 def check_noam_lr(your_function) -> None:
     """`your_function(step, d_model, warmup_steps)` -> the paper's learning rate (eq. 3), steps from 1."""
+    __tracebackhide__ = True                 # IPython and pytest show the message, not this frame
     def _check(fn):
         rng = fresh_random()
         drawn = (rng.randint(16, 1024), rng.randint(10, 3000))              # sizes no fixed case has
@@ -168,11 +201,11 @@ def check_noam_lr(your_function) -> None:
             assert isinstance(value, (int, float)) or (torch.is_tensor(value) and value.numel() == 1), \
                 f"return a number, got {type(value).__name__}"
             got[d_model, warmup, step] = float(value)
-        wrong_cases = [case for case in cases if not math.isclose(got[case], noam_lr(case[2], *case[:2]), rel_tol=1e-6)]
+        wrong_cases = [case for case in cases if not isclose(got[case], noam_lr(case[2], *case[:2]), rel_tol=1e-6)]
         if not wrong_cases:
             return
         for message in _noam_slips(1, 1, 1):                 # a slip explains the answer at every step
-            if all(math.isclose(got[d, w, s], _noam_slips(s, d, w)[message], rel_tol=1e-6) for d, w, s in cases):
+            if all(isclose(got[d, w, s], _noam_slips(s, d, w)[message], rel_tol=1e-6) for d, w, s in cases):
                 raise AssertionError(message)
         ratios = [got[case] / noam_lr(case[2], *case[:2]) for case in cases]
         if max(ratios) - min(ratios) < 1e-6 * abs(ratios[0]):
@@ -188,11 +221,11 @@ def check_noam_lr(your_function) -> None:
         where = f"d_model={d_model}, warmup={warmup}, step={step}"
         value, expected = got[d_model, warmup, step], noam_lr(step, d_model, warmup)
         linear, decay = d_model ** -0.5 * step * warmup ** -1.5, d_model ** -0.5 * step ** -0.5
-        if step < warmup and math.isclose(value, decay, rel_tol=1e-6):
+        if step < warmup and isclose(value, decay, rel_tol=1e-6):
             raise AssertionError(f"{where}: your rate is already the decay branch d_model^-0.5 · step^-0.5; "
                                  f"until step = warmup_steps it is the linear warmup d_model^-0.5 · step · "
                                  f"warmup^-1.5 (the two branches meet AT step = warmup_steps)")
-        if step > warmup and math.isclose(value, linear, rel_tol=1e-6):
+        if step > warmup and isclose(value, linear, rel_tol=1e-6):
             raise AssertionError(f"{where}: your rate still grows linearly after the warmup; from step = "
                                  f"warmup_steps on it decays as d_model^-0.5 · step^-0.5")
         raise AssertionError(f"{where}: expected {expected:.6g}, got {value:.6g}; "
@@ -258,7 +291,7 @@ def _check_accumulation_on(fn, micro_batches: list, pad: int) -> None:
     grad, expected = model.linear.weight.grad, _grad_with(state, criterion, micro_batches, None)
     assert grad is not None, ("no gradient left in .grad: call backward() on each micro-batch's loss, and do not "
                               "zero the gradients (or set them to None) after the last one")
-    if torch.allclose(grad, expected, atol=1e-6, rtol=1e-5):
+    if allclose(grad, expected, atol=1e-6, rtol=1e-5):
         return
     real = [int((y != pad).sum()) for _, y in micro_batches]
     not_zero = [int((y != 0).sum()) for _, y in micro_batches]
@@ -274,19 +307,21 @@ def _check_accumulation_on(fn, micro_batches: list, pad: int) -> None:
          "of micro-batches; divide by the TOTAL count of real targets instead: n_i / n_total"),
         ([1 / n for n in real], "you divided each micro-batch's loss (already a mean) by its count of real targets; "
          "weight it by that count over the total: loss_i · n_i / n_total"),
+        ([float(n) for n in real], f"you multiplied each micro-batch's loss by its count of real targets n_i but "
+         f"did not divide by the total count (here {sum(real)}): loss_i · n_i / n_total"),
         ([len(y) / sum(sizes) for _, y in micro_batches], "you weighted each micro-batch by its number of examples, "
          "padding included; the loss is a mean over REAL target tokens: weight by the count of targets != pad_id"),
     ]
-    if torch.allclose(grad, expected * k, atol=1e-6):
-        raise AssertionError(f"the gradient is {k} times too big: scale each micro-batch's loss")
     for weights, message in slips:
         wrong = _grad_with(state, criterion, micro_batches, weights)
-        if torch.allclose(grad, wrong, atol=1e-6, rtol=1e-5) and not torch.allclose(wrong, expected, atol=1e-6):
+        if allclose(grad, wrong, atol=1e-6, rtol=1e-5) and not allclose(wrong, expected, atol=1e-6):
             raise AssertionError(message)
+    if allclose(grad, expected * k, atol=1e-6):
+        raise AssertionError(f"the gradient is {k} times too big: scale each micro-batch's loss")
     for i in range(k):
         g_one = _grad_with(state, criterion, micro_batches[i:i + 1], [1.0])
         scale = float((grad * g_one).sum() / (g_one * g_one).sum())             # grad = scale · (this one's)?
-        if torch.allclose(grad, scale * g_one, atol=1e-6) and not torch.allclose(expected, scale * g_one, atol=1e-6):
+        if allclose(grad, scale * g_one, atol=1e-6) and not allclose(expected, scale * g_one, atol=1e-6):
             raise AssertionError(("only the last micro-batch's gradient is left: do not zero the gradients (or step "
                                   "the optimizer) between micro-batches; backward() adds into .grad") if i == k - 1 else
                                  f"only micro-batch {i}'s gradient is there: run forward and backward on every "
@@ -296,13 +331,14 @@ def _check_accumulation_on(fn, micro_batches: list, pad: int) -> None:
                              "Leave the accumulated gradients in .grad")
     name_difference(grad, expected, f"the gradient (pad_id={pad}): ", "; the loss of all micro-batches together "
                     "weights each by its share of the real targets")
-    torch.testing.assert_close(grad, expected, atol=1e-6, rtol=1e-5, msg=lambda m: (
+    assert_close(grad, expected, atol=1e-6, rtol=1e-5, msg=lambda m: (
         f"the accumulated gradient differs from one pass over all micro-batches together (pad_id={pad}):\n" + m))
 
 
 def check_gradient_accumulation(your_function) -> None:
     """`your_function(model, criterion, micro_batches, pad_id)` leaves in `.grad` the gradient of the
     loss over all micro-batches together, running one micro-batch at a time."""
+    __tracebackhide__ = True                 # IPython and pytest show the message, not this frame
     def _check(fn):
         for micro_batches, pad in _micro_batch_cases():
             _check_accumulation_on(fn, micro_batches, pad)
@@ -312,6 +348,7 @@ def check_gradient_accumulation(your_function) -> None:
 def check_cooldown(your_function) -> None:
     """`your_function(step, progress, d_model, warmup_steps, cooldown)` -> eq. 3 at `step` times the linear
     cooldown ramp min(1, (1 − progress) / cooldown) (1 before the last `cooldown` share of the run, 0 at its end)."""
+    __tracebackhide__ = True                 # IPython and pytest show the message, not this frame
     def _check(fn):
         d_model, warmup = 128, 200
         rng = fresh_random()
@@ -328,40 +365,40 @@ def check_cooldown(your_function) -> None:
                        f"d_model={d_model}, warmup_steps={warmup}, cooldown={cooldown}", refuse=_NO_COOLDOWN_FACTOR)
             assert isinstance(got, (int, float)) or (torch.is_tensor(got) and got.numel() == 1), \
                 f"return a number, got {type(got).__name__}"
-            if math.isclose(float(got), expected, rel_tol=1e-6, abs_tol=1e-12):
+            if isclose(float(got), expected, rel_tol=1e-6, abs_tol=1e-12):
                 continue
             where = f"step={step}, progress={progress}, cooldown={cooldown}"
-            if math.isclose(float(got), noam * (1 - progress), rel_tol=1e-6, abs_tol=1e-12):
+            if isclose(float(got), noam * (1 - progress), rel_tol=1e-6, abs_tol=1e-12):
                 raise AssertionError(f"{where}: your ramp starts at the beginning of the run; it must stay at 1 "
                                      "until the last `cooldown` share: min(1, (1 − progress) / cooldown)")
-            if math.isclose(float(got), noam * (1 - progress) / cooldown, rel_tol=1e-6, abs_tol=1e-12):
+            if isclose(float(got), noam * (1 - progress) / cooldown, rel_tol=1e-6, abs_tol=1e-12):
                 raise AssertionError(f"{where}: cap the ramp at 1: before the cooldown the rate is eq. 3 "
                                      "unchanged, min(1, (1 − progress) / cooldown)")
-            if math.isclose(float(got), noam, rel_tol=1e-6):
+            if isclose(float(got), noam, rel_tol=1e-6):
                 raise AssertionError(f"{where}: your rate is eq. 3 unchanged; over the last `cooldown` share of "
                                      "the run multiply it by (1 − progress) / cooldown, which reaches 0 at the end")
-            if math.isclose(float(got), noam * min(1.0, progress / cooldown), rel_tol=1e-6, abs_tol=1e-12):
+            if isclose(float(got), noam * min(1.0, progress / cooldown), rel_tol=1e-6, abs_tol=1e-12):
                 raise AssertionError(f"{where}: your ramp rises with progress; it must fall to 0 at "
                                      "progress 1: use 1 − progress")
-            if math.isclose(float(got), noam * min(1.0, (1 - progress) / (1 - cooldown)), rel_tol=1e-6, abs_tol=1e-12):
+            if isclose(float(got), noam * min(1.0, (1 - progress) / (1 - cooldown)), rel_tol=1e-6, abs_tol=1e-12):
                 raise AssertionError(f"{where}: you divided by 1 − cooldown; the ramp covers the last `cooldown` "
                                      "share of the run, so divide by cooldown: min(1, (1 − progress) / cooldown)")
             ramp = min(1.0, (1 - progress) / cooldown)
-            if progress == 1.0 and not math.isclose(float(got), 0.0, abs_tol=1e-12):
+            if progress == 1.0 and not isclose(float(got), 0.0, abs_tol=1e-12):
                 raise AssertionError(f"{where}: at the end of the run (progress = 1) the rate must be 0: the ramp "
                                      "(1 − progress) / cooldown reaches 0 there")
-            if math.isclose(float(got), noam * min(1.0, (1 - progress) * cooldown), rel_tol=1e-6, abs_tol=1e-12):
+            if isclose(float(got), noam * min(1.0, (1 - progress) * cooldown), rel_tol=1e-6, abs_tol=1e-12):
                 raise AssertionError(f"{where}: you multiplied (1 − progress) by cooldown; divide by it, so that the "
                                      "ramp is 1 where the cooldown starts: min(1, (1 − progress) / cooldown)")
-            if math.isclose(float(got), noam * ramp ** 0.5, rel_tol=1e-6, abs_tol=1e-12):
+            if isclose(float(got), noam * ramp ** 0.5, rel_tol=1e-6, abs_tol=1e-12):
                 raise AssertionError(f"{where}: your ramp is a square root; the exercise's ramp falls LINEARLY: "
                                      "min(1, (1 − progress) / cooldown)")
-            if math.isclose(float(got), noam * 0.5 * (1 - math.cos(math.pi * ramp)), rel_tol=1e-6, abs_tol=1e-12):
+            if isclose(float(got), noam * 0.5 * (1 - math.cos(math.pi * ramp)), rel_tol=1e-6, abs_tol=1e-12):
                 raise AssertionError(f"{where}: that is a cosine ramp; the exercise's ramp falls LINEARLY to 0: "
                                      "min(1, (1 − progress) / cooldown)")
             answers = [float(call(fn, s_, p_, d_model, warmup, c_, on=f"step={s_}, progress={p_}, cooldown={c_}"))
                        for c_, s_, p_ in cases]
-            said = regime(cases, [math.isclose(a, noam_lr(s_, d_model, warmup) * cooldown_factor(p_, c_), rel_tol=1e-6,
+            said = regime(cases, [isclose(a, noam_lr(s_, d_model, warmup) * cooldown_factor(p_, c_), rel_tol=1e-6,
                                                abs_tol=1e-12) for a, (c_, s_, p_) in zip(answers, cases)],
                           lambda c: "before the cooldown" if c[2] <= 1 - c[0] else "at the end (progress = 1)"
                           if c[2] == 1 else "during the cooldown")
