@@ -73,8 +73,13 @@ def test_notebook_09_exact_match_and_attention_are_the_stored_ones():
     exact = 100 * float(stored_output("09_transformer", r"^exact match: ([\d.]+)$").group(1))
     weights = [float(w) for w in stored_output(
         "09_transformer", r"weight on source position L - 1 - t, per decoder layer: \[([\d., ]+)\]").group(1).split(",")]
-    assert f"reverses unseen sequences with {exact:.1f}% exact match in the run stored in the notebook" in flat(README)
-    assert f"it reaches {exact:.1f}% exact match on 1,000 unseen sequences" in flat(RESULTS)
+    assert f"reverses 1,000 held-out sequences, none of them in its training stream (the notebook asserts it), " \
+        f"with {exact:.1f}% exact match in the run stored in the notebook" in flat(README)
+    assert f"it reaches {exact:.1f}% exact match on these 1,000 held-out sequences" in flat(RESULTS)
+    # "Held out" is what the notebook checks: its 1,000 test sources, none of them in the training stream.
+    test_set = stored_output("09_transformer", r"^test: ([\d,]+) sources, \d+ distinct; in the training stream: (\d+)$")
+    assert (test_set.group(1), test_set.group(2)) == ("1,000", "0"), test_set.group(0)
+    assert "We test on 1 000 sources drawn from the held-out tenth" in markdown("09_transformer")
     assert "its decoder layers put " + " and ".join(f"{w:.2f}" for w in weights) in flat(RESULTS)
     # The prose reads the stored figure as "the second decoder layer forms the anti-diagonal".
     if "In the run stored here, the second decoder layer's weights form the anti-diagonal" in markdown("09_transformer"):

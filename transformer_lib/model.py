@@ -139,7 +139,7 @@ class Transformer(EncoderDecoder):
         pad_id: id of the padding token, or None. Its embedding row starts at zero and gets no gradient
             from the embedding; with tied weights the output layer still sends one (harmless: padding is
             always masked or ignored).
-        fused_attention: use `F.scaled_dot_product_attention` (same result, faster).
+        fused_attention: use `F.scaled_dot_product_attention` (same result; often faster, not always: docs/results.md).
         layer_norm_eps: epsilon of every LayerNorm.
 
     Shape: as `EncoderDecoder`.

@@ -76,8 +76,9 @@ def _check_sizes(d_model, n_heads, dropout) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
     if d_model % n_heads:
+        divisors = ", ".join(str(h) for h in range(1, d_model + 1) if d_model % h == 0)
         raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}; "
-                         f"choose n_heads among the divisors of d_model")
+                         f"choose n_heads among the divisors of d_model: {divisors}")
     _check_dropout("dropout", dropout)
 
 # %% ../notebooks/05_multihead_attention.ipynb #bcb1b5e3
