@@ -509,6 +509,56 @@ def test_a_fault_after_the_last_log_is_raised_at_the_end_and_blocks_checkpoints(
     assert_weights_equal(trainer.model, weights_after(6))
 
 
+def guarded_updates(scaler, fused: bool, fault_at: int | None = None, overflow_at: int | None = None):
+    """The weight w (from 1, gradient 2) after each of 2 updates driven through a StepGuard as
+    Trainer.train_step drives it, and the guard: with a GradScaler (the Trainer's fp16 path; a CPU scaler
+    runs the same code) the loss is scaled and the gradients unscaled before the guard. `fault_at`: a
+    target id outside the vocabulary is flagged; `overflow_at`: the scaled gradient is infinite."""
+    model = nn.Linear(1, 1, bias=False)
+    nn.init.ones_(model.weight)
+    try:
+        optimizer = (torch.optim.Adam(model.parameters(), lr=0.1, fused=True) if fused    # skips on the device
+                     else torch.optim.SGD(model.parameters(), lr=0.1))                     # the host reads the flag
+    except RuntimeError:
+        pytest.skip("this PyTorch has no fused Adam on the CPU (torch < 2.4)")
+    guard, weights = training.StepGuard(torch.device("cpu"), None, scaler), []
+    for step in (1, 2):
+        optimizer.zero_grad()
+        loss = model(torch.tensor([[2.0]])).sum()
+        (scaler.scale(loss) if scaler else loss).backward()
+        if step == overflow_at:
+            model.weight.grad.fill_(float("inf"))
+        if scaler:
+            scaler.unscale_(optimizer)
+        norm = guard.grad_norm_and_clip(model)
+        checks = [(torch.tensor(step == fault_at), torch.tensor(7), 5, "target id")]
+        guard.optimizer_step(optimizer, guard.skip(loss.detach(), norm, checks, step))
+        weights.append(model.weight.item())
+    return weights, guard
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["sgd", "fused-adam"])
+@pytest.mark.parametrize("fp16_scaler", [False, True], ids=["no-scaler", "grad-scaler"])
+def test_a_flagged_update_and_every_later_one_are_skipped_with_a_grad_scaler_too(fp16_scaler, fused):
+    """fp16 steps through a GradScaler, which skips only an overflow: the guard's skip must hold there
+    too (it once did not: with a scaler, w went 1 -> 0.8 -> 0.6 after a flagged step 1)."""
+    weights, guard = guarded_updates(torch.amp.GradScaler("cpu") if fp16_scaler else None, fused, fault_at=1)
+    assert weights == [1.0, 1.0]
+    with pytest.raises(ValueError, match=r"target id 7 at step 1 is outside the vocabulary of V = 5 ids \(0 to 4\); "
+                                         "the update of step 1 was skipped, and every one after it, so the weights "
+                                         "are not spoiled; training stopped at step 2"):
+        guard.raise_on_fault(2)
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["sgd", "fused-adam"])
+def test_an_fp16_overflow_skips_that_update_alone_and_lowers_the_scale(fused):
+    """An overflow of the scaled gradients is the GradScaler's business, not a fault: that update is
+    skipped, the scale halves, no error is raised and the next update is taken."""
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    weights, guard = guarded_updates(scaler, fused, overflow_at=1)
+    assert weights[0] == 1.0 and weights[1] < 1.0 and scaler.get_scale() == 512.0
+    guard.raise_on_fault(2)                                  # no fault recorded
+
 def test_cpu_autocast_is_bf16_only():
     assert toy_trainer(amp_dtype="fp16").autocast_dtype is None      # fp16 on a CPU: off, float32
     trainer = toy_trainer(amp_dtype="bf16", max_steps=60, log_every=10)
@@ -590,6 +640,32 @@ def test_cuda_resume_from_checkpoint_mapped_to_gpu(tmp_path):
     resumed = toy_trainer(max_steps=10, device="cuda")
     resumed.restore(load_checkpoint(tmp_path / "c.pt", map_location="cuda"))
     assert resumed.fit().step == 10
+
+
+@CUDA
+def test_cuda_fp16_skips_a_flagged_update_and_every_later_one():
+    """The Trainer's fp16 path (GradScaler, fused Adam): a target id outside the vocabulary at step 3
+    leaves the weights and Adam's step count as they were after step 2, up to the log step that raises."""
+    criterion = LabelSmoothingLoss(0.0, ignore_index=-1)
+
+    def loss_with_a_bad_target_at_three(model, batch, calls=[]):
+        calls.append(1)
+        target = batch.y.clone()
+        if len(calls) == 3:
+            target[4] = N_CLASSES + 2
+        return criterion(model(batch.x), target), {"tokens": len(target)}
+
+    trainer = toy_trainer(loss_fn=loss_with_a_bad_target_at_three, log_every=5, device="cuda", amp_dtype="fp16")
+    assert trainer.scaler is not None
+    after_two = []
+    trainer.add_callback("on_batch_end", lambda t: after_two.extend(
+        p.detach().clone() for p in t.model.parameters()) if t.state.step == 2 else None)
+    with pytest.raises(ValueError, match=rf"target id {N_CLASSES + 2} at step 3 .*; the update of step 3 was "
+                                         "skipped, and every one after it"):
+        trainer.fit()
+    assert trainer.state.step == 5
+    assert_weights_equal(trainer.model, after_two)
+    assert all(int(s["step"]) == 2 for s in trainer.optimizer.state.values())   # Adam did not count them
 
 
 # ---------------------------------------------------------------- the cooldown in the schedule

@@ -29,13 +29,14 @@ def _grad_norm_and_clip(guard, model: nn.Module) -> Tensor:
 def _skip(guard, loss: Tensor, norm: Tensor, checks: list, step: int) -> Tensor:
     """StepGuard.skip: record on the device the first update whose loss or gradient norm is not finite,
     or whose targets are outside the vocabulary (`checks` from `deferred_id_checks`); return whether to
-    skip update `step`: from that one on, all."""
+    skip update `step`: from that one on, all. With fp16 a gradient norm that is not finite is no fault
+    but the GradScaler's overflow (its scale was too high): that update alone is skipped."""
     if guard.fault_step is None:
         guard.fault_step = torch.zeros((), dtype=torch.long, device=loss.device)
         guard.fault_values = torch.zeros(5, device=loss.device)
-    bad = ~torch.isfinite(loss)
-    if not guard.scaler:                           # with fp16, an overflow is the GradScaler's to skip
-        bad = bad | ~torch.isfinite(norm)
+    bad, overflow = ~torch.isfinite(loss), ~torch.isfinite(norm)   # unscale_ leaves an overflow inf or nan
+    if not guard.scaler:                           # with fp16, an overflow is the GradScaler's: no fault
+        bad = bad | overflow
     wrong = torch.full((3,), float("nan"), device=loss.device)    # the first wrong id, its V, its check
     for any_wrong, first, V, what in checks:
         guard.check_names += [] if what in guard.check_names else [what]
@@ -47,16 +48,15 @@ def _skip(guard, loss: Tensor, norm: Tensor, checks: list, step: int) -> Tensor:
     guard.fault_step.masked_fill_(first_fault, step)
     record = torch.cat([torch.stack([loss.float(), norm.float()]), wrong])
     guard.fault_values = torch.where(first_fault, record, guard.fault_values)
-    return guard.fault_step > 0
+    return (guard.fault_step > 0) | overflow
 
 # %% ../notebooks/11_training.ipynb #4c4b817c
 def _optimizer_step(guard, optimizer: torch.optim.Optimizer, skip: Tensor) -> None:
     """StepGuard.optimizer_step: `optimizer.step()`, unless `skip` (a tensor): fused Adam skips on the
-    device (`found_inf`, as the GradScaler uses it); another optimizer needs the host to read `skip`."""
-    if guard.scaler:
-        guard.scaler.step(optimizer)               # skipped if the scaled gradients overflowed
-        guard.scaler.update()
-    elif getattr(optimizer, "_step_supports_amp_scaling", False):
+    device (`found_inf`, as the GradScaler uses it); another optimizer needs the host to read `skip`.
+    For fp16 too: `GradScaler.step` would skip an overflow but not an update the guard skips, so the guard
+    steps the unscaled gradients itself (`skip` holds the overflow) and then lets the scaler update its scale."""
+    if getattr(optimizer, "_step_supports_amp_scaling", False):
         optimizer.found_inf = skip.float()         # weights, moments and step count stay as they are
         try:
             optimizer.step()
@@ -64,6 +64,8 @@ def _optimizer_step(guard, optimizer: torch.optim.Optimizer, skip: Tensor) -> No
             del optimizer.found_inf
     elif not skip.item():
         optimizer.step()
+    if guard.scaler:                               # Trainer.train_step called scaler.unscale_(optimizer)
+        guard.scaler.update()                      # lower after an overflow, higher after many good steps
 
 
 def _raise_on_fault(guard, stopped_at: int) -> None:
@@ -71,8 +73,8 @@ def _raise_on_fault(guard, stopped_at: int) -> None:
     if guard.fault_step is None or not (step := int(guard.fault_step)):
         return
     loss, norm, wrong_id, V, check = guard.fault_values.tolist()
-    skipped = (f"the update of step {step} was skipped" + ("" if guard.scaler else ", and every one after it")
-               + f", so the weights are not spoiled; training stopped at step {stopped_at}")
+    skipped = (f"the update of step {step} was skipped, and every one after it, so the weights are not spoiled; "
+               f"training stopped at step {stopped_at}")
     if not math.isnan(wrong_id):
         raise ValueError(f"{guard.check_names[int(check)]} {int(wrong_id)} at step {step} is outside the vocabulary "
                          f"of V = {int(V)} ids (0 to {int(V) - 1}); {skipped}. The ids come from another "
