@@ -104,22 +104,29 @@ def requirements(wheel_url: str, size: int) -> list[Requirement]:
 
 
 def download(version: str, platform: str, python: str, cache: dict) -> dict:
+    """Resolves torch's dependencies for the platform as pip would for a new venv: each package's
+    newest release that meets every requirement on it (extras followed), then adds up the wheels."""
     tags, env = PLATFORMS[platform]
-    env = {**env, "python_version": python[2] + "." + python[3:], "extra": ""}
-    wanted, seen, rows = [Requirement(f"torch=={version}")], set(), []
+    env = {**env, "python_version": python[2] + "." + python[3:]}
+    specs, extras, picked = {}, {}, {}
+    wanted = [Requirement(f"torch=={version}")]
     while wanted:
         req = wanted.pop(0)
         name = req.name.lower().replace("_", "-")
-        if name in seen or (req.marker and not req.marker.evaluate(env)):
+        specs[name] = specs.get(name, req.specifier) & req.specifier
+        new_extras = set(req.extras) - extras.setdefault(name, set())
+        extras[name] |= set(req.extras)
+        if name in picked and picked[name][0] in specs[name] and not new_extras:
             continue
-        seen.add(name)
-        found = pick_wheel(name, req.specifier, tags, python, cache)
-        if found is None:
-            rows.append({"package": name, "version": None, "bytes": 0})
-            continue
-        picked, file, wheel_url = found
-        rows.append({"package": name, "version": str(picked), "bytes": file["size"]})
-        wanted += requirements(wheel_url, file["size"])
+        found = pick_wheel(name, specs[name], tags, python, cache)
+        picked[name] = found if found else (None, {"size": 0}, None)
+        if found:
+            for dep in requirements(found[2], found[1]["size"]):
+                if dep.marker is None or any(dep.marker.evaluate({**env, "extra": e})
+                                             for e in extras[name] | {""}):
+                    wanted.append(dep)
+    rows = [{"package": name, "version": None if v is None else str(v), "bytes": f["size"]}
+            for name, (v, f, _) in picked.items()]
     return {"platform": platform, "python": python, "packages": rows,
             "total_bytes": sum(r["bytes"] for r in rows)}
 
