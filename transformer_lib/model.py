@@ -22,8 +22,8 @@ from .sublayers import PositionwiseFeedForward
 # %% ../notebooks/09_transformer.ipynb #35314af7
 @dataclass
 class TransformerConfig:
-    """Sizes of a Transformer; the defaults are the paper's base model (Table 3). Read only by
-    `build_transformer`."""
+    """Sizes of a Transformer; the defaults are the paper's base model (Table 3). No class takes
+    it in its constructor: `build_transformer` turns it into a model."""
     src_vocab_size: int          # source vocabulary size V_src
     tgt_vocab_size: int          # target vocabulary size V_tgt (equal to V_src when the vocabulary is shared)
     d_model: int = 512           # width of every residual stream vector
@@ -168,7 +168,7 @@ class Transformer(EncoderDecoder):
 
 # %% ../notebooks/09_transformer.ipynb #e84cc9c3
 def build_transformer(config: TransformerConfig) -> Transformer:
-    """The model a config describes (the only reader of `TransformerConfig`)."""
+    """The model a config describes: the one place where a `TransformerConfig` becomes modules."""
     model = Transformer(
         config.src_vocab_size, config.tgt_vocab_size, d_model=config.d_model, n_heads=config.n_heads,
         d_ff=config.d_ff, n_encoder_layers=config.n_encoder_layers, n_decoder_layers=config.n_decoder_layers,
