@@ -6,8 +6,6 @@
 __all__ = ['sinusoidal_table', 'PositionalEncoding']
 
 # %% ../notebooks/03_positional_encoding.ipynb #86bb7e0b
-import math
-
 import torch
 from torch import nn
 

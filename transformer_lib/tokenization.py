@@ -180,6 +180,6 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int = 1000, min_freque
     smallest = tokenizer.get_vocab_size()
     if smallest > vocab_size:
         raise ValueError(f"vocab_size={vocab_size} is too small: the {len(SPECIAL_TOKENS)} special tokens and the "
-                         f"{smallest - len(SPECIAL_TOKENS)} distinct characters of the texts (the word-start marker ▁ "
-                         f"included) need vocab_size >= {smallest}")
+                         f"{smallest - len(SPECIAL_TOKENS)} distinct characters of the texts, with the word-start "
+                         f"marker ▁ in place of the space, need vocab_size >= {smallest}")
     return SubwordTokenizer(tokenizer)
