@@ -192,7 +192,8 @@ def test_wide_beam_finds_the_exhaustive_argmax(alpha, seed, eos_bias):
 def test_stops_only_when_no_live_hypothesis_can_win():
     # </s> right away has P = 0.6; "a" x 19 then </s> has P = 0.4 · 0.99^18 but a larger length penalty,
     # so it scores better: log P / lp = -0.466 > -0.511. Bounding a live hypothesis with the
-    # penalty of its current length (not the largest it can reach) stopped the search at step 2.
+    # penalty of its current length (not the largest it can reach) stops the search after its first step,
+    # with the empty output.
     def table(prefix):
         if not prefix:
             return {EOS: 0.6, A: 0.4}
