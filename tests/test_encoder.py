@@ -109,8 +109,9 @@ def test_dropout_is_active_only_in_training(batch):
 BAD_INPUTS = [
     (lambda src, pad: dict(src_key_padding_mask=pad.float()), TypeError, "src_key_padding_mask.*bool"),
     (lambda src, pad: dict(src_key_padding_mask=pad[:, :-1]), ValueError, r"src_key_padding_mask.*\(3, 5\)"),
-    (lambda src, pad: dict(mask=torch.ones(S, S + 1, dtype=torch.bool)), ValueError, r"src_mask.*\(6, 7\)"),
-    (lambda src, pad: dict(mask=torch.zeros(S, S)), TypeError, "src_mask.*bool"),
+    # the stack's errors name its own argument `mask`, not the layers' `src_mask`
+    (lambda src, pad: dict(mask=torch.ones(S, S + 1, dtype=torch.bool)), ValueError, r"^mask: .*\(6, 7\)"),
+    (lambda src, pad: dict(mask=torch.zeros(S, S)), TypeError, "^mask: .*bool"),
     (lambda src, pad: dict(src=torch.randint(0, 9, (B, S))), TypeError, "float vectors.*embedding"),
     (lambda src, pad: dict(src=src[..., :-1]), ValueError, r"d_model=16.*\(3, 6, 15\)"),
     (lambda src, pad: dict(src=src[0]), ValueError, r"\(B, L, d_model=16\)"),
@@ -124,6 +125,18 @@ def test_bad_input_raises_before_any_matmul(batch, make_kwargs, error, message):
     kwargs = {"src": src, **make_kwargs(src, padding)}
     with count_linear_calls() as calls, pytest.raises(error, match=message):
         encoder(**kwargs)
+    assert calls == []
+
+
+@pytest.mark.parametrize("bad_mask, error, message", [
+    (torch.ones(S, S + 1, dtype=torch.bool), ValueError, r"^src_mask: .*\(6, 7\)"),
+    (torch.zeros(S, S), TypeError, "^src_mask: .*bool"),
+])
+def test_layer_errors_name_its_own_mask_argument(batch, bad_mask, error, message):
+    layer = EncoderLayer(D, H, D_FF)
+    src, _ = batch
+    with count_linear_calls() as calls, pytest.raises(error, match=message):
+        layer(src, src_mask=bad_mask)
     assert calls == []
 
 

@@ -104,13 +104,18 @@ class Encoder(nn.Module):
                  norm_first: bool = False, layer_norm_eps: float = 1e-5, fused_attention: bool = False):
         super().__init__()
         _check_n_layers(n_layers)
+        self.d_model = d_model
         self.layers = nn.ModuleList(
             EncoderLayer(d_model, n_heads, d_ff, dropout, norm_first, layer_norm_eps, fused_attention)
             for _ in range(n_layers))
         self.norm = LayerNorm(d_model, layer_norm_eps) if norm_first else None
 
     def forward(self, src: Tensor, mask: Tensor | None = None, src_key_padding_mask: Tensor | None = None) -> Tensor:
+        # checked here so that an error names this method's arguments (a layer calls `mask` src_mask)
+        _check_states("src", src, self.d_model)
+        _check_masks("mask", mask, "src_key_padding_mask", src_key_padding_mask,
+                     src.size(0), src.size(1), src.size(1))
         x = src
-        for layer in self.layers:     # each layer checks its inputs before computing
+        for layer in self.layers:
             x = layer(x, mask, src_key_padding_mask)
         return self.norm(x) if self.norm is not None else x
