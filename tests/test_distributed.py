@@ -119,7 +119,7 @@ def test_killed_rank_and_relaunch_resume_exactly(tmp_path):
 
 
 def test_time_budget_stops_every_rank_at_the_same_step(tmp_path):
-    """Each rank's clock differs; if one rank stopped a step before the other, DDP would wait forever."""
+    """Each rank's clock differs; if one rank stopped a step before the other, DDP would wait until the process group's timeout."""
     result = finished(train(tmp_path / "run", "--max-steps", "100000", "--time-budget", "1s", "--checkpoint-every", "50"))
     summary = json.loads(result.stdout)
     assert 0 < summary["steps"] < 100000 and summary["train_seconds"] >= 1.0

@@ -23,8 +23,9 @@ from .training import Trainer, save_checkpoint
 def shard_batches(batches: list, rank: int, world_size: int) -> list:
     """The batches of one epoch that process `rank` of `world_size` trains on: `batches[rank::world_size]`
     after dropping the last `len(batches) % world_size`, so every rank gets the same number (a rank
-    with one batch more would wait forever for the others in DDP's all-reduce). Update k of the ranks
-    then uses batches k·N … k·N + N − 1, the same ones one process with accumulate = N uses."""
+    with one batch more would wait for the others in DDP's all-reduce until the process group's
+    timeout). Update k of the ranks then uses batches k·N … k·N + N − 1, the same ones one process
+    with accumulate = N uses."""
     for name, value in (("rank", rank), ("world_size", world_size)):
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"{name} must be an int, got {type(value).__name__}")

@@ -107,7 +107,7 @@ def translate(model: Transformer, tokenizer, sentences: list[str], beam_size: in
             hyps = beam_search(model, src, mask, tokenizer.bos_id, tokenizer.eos_id, beam_size, alpha,
                                use_cache=use_cache)
         for i, hyp in zip(chunk, hyps):
-            outputs[i] = tokenizer.decode(hyp[:len(ids[i]) + 50])   # the paper's limit, per sentence
+            outputs[i] = tokenizer.decode(hyp[:len(ids[i]) + 50])   # the decoders already stopped it here
     return outputs
 
 # %% ../notebooks/13_evaluation.ipynb #34962b19

@@ -169,8 +169,8 @@ def plot_alignment(alignment, source_words: list[str], target_words: list[str],
 
 def draw_allreduce(gradients, title: str = "all-reduce: every rank gets the mean gradient"):
     """Notebook 14's picture of data parallelism: `gradients` (N, 2), one 2-d gradient per rank.
-    Left, the ranks' gradients and their mean as arrows; right, the ranks sending their gradient to
-    the all-reduce and all receiving the same mean. Returns the figure."""
+    On top, the ranks' gradients and their mean as arrows; below, the ranks sending their gradient
+    to the all-reduce and all receiving the same mean. Returns the figure."""
     import torch
 
     gradients = torch.as_tensor(gradients, dtype=torch.float32)
