@@ -119,8 +119,9 @@ class EncoderDecoder(nn.Module):
 
 # %% ../notebooks/09_transformer.ipynb #fb332dd9
 def _init_parameters(model: nn.Module) -> None:
-    """Glorot/Xavier uniform for every projection matrix, as tensor2tensor and nn.Transformer do; embeddings
-    keep N(0, 1/d_model), so that scaled by sqrt(d_model) they have unit size."""
+    """Glorot/Xavier uniform, one draw per projection matrix (W_Q, W_K, W_V are three (D, D) draws, as in
+    later tensor2tensor; nn.Transformer packs them into one); embeddings keep N(0, 1/d_model), so that
+    scaled by sqrt(d_model) they have unit size."""
     for name, p in model.named_parameters():
         if p.dim() > 1 and "embed" not in name:
             nn.init.xavier_uniform_(p)
