@@ -155,7 +155,7 @@ def test_beam_size_one_is_greedy(seed):
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_beam_scores_at_least_greedy(seed):
-    # Not a theorem: beam search can drop greedy's path from the beam and end up worse (exercise 3 of
+    # Not a theorem: beam search can drop greedy's path from the beam and end up worse (exercise 5 of
     # notebook 12). It holds on these seeded models (and on 90 of 90 sentences of 30 seeds we tried).
     model = tiny_model(vocab_size=9, seed=seed)
     limit = 8
