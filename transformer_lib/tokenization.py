@@ -139,7 +139,7 @@ class SubwordTokenizer(_BPEVocabulary):
         return [[self.bos_id, *e.ids, self.eos_id] if add_special_tokens else e.ids for e in encodings]
 
     def decode(self, ids: Sequence[int] | torch.Tensor, skip_special_tokens: bool = True) -> str:
-        """Text of a sequence of ids (a list or a 1-D tensor); special tokens are dropped by default."""
+        """Text of a sequence of ids (a list or a 1-D tensor); special tokens, `<unk>` too, are dropped by default."""
         return self.tokenizer.decode(_id_list(ids, self.vocab_size), skip_special_tokens=skip_special_tokens)
 
     def decode_batch(self, batch: Sequence[Sequence[int]] | torch.Tensor,
