@@ -54,7 +54,7 @@ def real_token_batches_rule(lengths, max_tokens, too_many):
 
 
 def real_token_batches_lookahead(lengths, max_tokens):
-    """Another right answer: indices first, sums recomputed from the batch, tuples out."""
+    """Another right answer: indices first, sums recomputed from the batch."""
     batches = [[]]
     for i in range(len(lengths)):
         candidate = batches[-1] + [i]
@@ -63,7 +63,15 @@ def real_token_batches_lookahead(lengths, max_tokens):
             batches[-1] = candidate
         else:
             batches.append([i])
-    return [tuple(b) for b in batches if b]
+    return [b for b in batches if b]
+
+
+def test_real_token_batches_as_tuples_are_told_the_statement_asks_for_lists():
+    def as_tuples(lengths, max_tokens):
+        return [tuple(b) for b in real_token_batches_lookahead(lengths, max_tokens)]
+
+    with pytest.raises(AssertionError, match=r"the right batches, but return a list of batches.*a tuple \(\(0, 1, 2\)\)"):
+        check_real_token_batches(as_tuples)
 
 
 def target_mask(tgt_in, pad_id):

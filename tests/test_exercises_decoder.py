@@ -61,7 +61,7 @@ def right_is_causal(decoder, tgt, memory):
     T = tgt.size(1)
     for j in range(1, T):
         edited = tgt.clone()
-        edited[:, j] = edited[:, j] + 1.0
+        edited[:, j] = torch.randn_like(edited[:, j])                     # a different vector, not a shift
         moved = (decoder(edited, memory) - base).abs().amax(dim=(0, 2))   # (T,)
         if (moved[:j] > 1e-6).any():
             return False
@@ -123,8 +123,25 @@ def returns_a_tensor(decoder, tgt, memory):
     return torch.tensor(1.0) if right_is_causal(decoder, tgt, memory) else torch.tensor(0.0)
 
 
+def shifts_each_position(decoder, tgt, memory):         # + 1.0 to every feature: LayerNorm removes it
+    base = decoder(tgt, memory)
+    for j in range(1, tgt.size(1)):
+        edited = tgt.clone()
+        edited[:, j] = edited[:, j] + 1.0
+        if (decoder(edited, memory) - base)[:, :j].abs().max() > 1e-6:
+            return False
+    return True
+
+
+def only_last_position(decoder, tgt, memory):          # changes position T - 1 only, compares every output
+    base = decoder(tgt, memory)
+    edited = tgt.clone()
+    edited[:, -1] = torch.randn_like(edited[:, -1])
+    return bool(torch.allclose(decoder(edited, memory)[:, :-1], base[:, :-1]))
+
+
 @pytest.mark.parametrize("right", [right_is_causal, is_causal_by_gradients,
-                                   lambda d, t, m: torch.tensor(right_is_causal(d, t, m))])
+                                   lambda d, t, m: bool(torch.tensor(right_is_causal(d, t, m)))])
 def test_is_causal_right(right):
     assert accepted(check_is_causal, right)
 
@@ -136,6 +153,11 @@ def test_is_causal_right(right):
                                             (edits_in_place, "changed its input `tgt` in place"),
                                             (includes_own_position, r"j itself included.*out\[:, :j\]"),
                                             (returns_a_tensor, "return True or False"),
+                                            (lambda d, t, m: torch.tensor(right_is_causal(d, t, m)),
+                                             r"a Python bool, got a tensor of shape \(\) \(tensor\(True\)\)"),
+                                            (shifts_each_position, "pre-LN decoder WITHOUT the causal mask.*"
+                                             "a constant shift is removed by LayerNorm"),
+                                            (only_last_position, r"output 2 sees position 3.*you changed only the LAST position"),
                                             (lambda d, t, m: d(t[:, :-1], m), "return True or False"),
                                             (lambda d, t, m: d(t, m.transpose(0, 1)), "raised|return True or False, got a tensor")])
 def test_is_causal_wrong(wrong, message):
@@ -197,5 +219,5 @@ def test_is_causal_with_an_invisible_change_is_named():
                 return False
         return True
 
-    with pytest.raises(AssertionError, match="visible amount"):
+    with pytest.raises(AssertionError, match="WITHOUT the causal mask.*a different vector"):
         check_is_causal(tiny_change)

@@ -98,7 +98,7 @@ def one_sentence_at_a_time(model, src, mask, bos_id, eos_id, max_len):
 
 @torch.no_grad()
 def shrinking_batch(model, src, mask, bos_id, eos_id, max_len):
-    """Another right answer: finished sentences leave the batch (tensors out)."""
+    """Another right answer: finished sentences leave the batch."""
     memory = model.encode(src, mask)
     alive = torch.arange(src.size(0))
     ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)
@@ -109,7 +109,7 @@ def shrinking_batch(model, src, mask, bos_id, eos_id, max_len):
         ys = torch.cat([ys, model.generator(hidden[:, -1]).argmax(-1, keepdim=True)], dim=1)
         ended = (ys[:, -1] == eos_id) | (step == max_len - 1)
         for row, b in zip(ys[ended], alive[ended].tolist()):
-            results[b] = row[1:][row[1:] != eos_id]
+            results[b] = row[1:][row[1:] != eos_id].tolist()
         ys, alive = ys[~ended], alive[~ended]
         if len(alive) == 0:
             break
@@ -120,6 +120,14 @@ def shrinking_batch(model, src, mask, bos_id, eos_id, max_len):
                                    one_sentence_at_a_time, shrinking_batch])
 def test_greedy_right_answers(right):
     assert accepted(check_greedy_decode, right)
+
+
+def test_greedy_rows_as_tensors_are_told_the_statement_asks_for_lists():
+    def tensor_rows(*args):
+        return [torch.tensor(row, dtype=torch.long) for row in shrinking_batch(*args)]
+
+    with pytest.raises(AssertionError, match=r"the right ids, but return a list of lists of ints.*a tensor of shape"):
+        check_greedy_decode(tensor_rows)
 
 
 @torch.no_grad()

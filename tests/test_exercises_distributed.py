@@ -74,7 +74,7 @@ def blocks(batches, rank, world_size):
     (lambda b, r, n: b[r::n], "same number.*drop the last 1"),              # the remainder kept
     (blocks, "contiguous block; interleave"),
     (lambda b, r, n: b[:len(b) - len(b) % n][:len(b) // n], "went to two ranks"),   # every rank the same batches
-    (lambda b, r, n: b[(r + 1) % n:len(b) - len(b) % n:n] if n > 1 else b, "rank 0 got"),
+    (lambda b, r, n: b[(r + 1) % n:len(b) - len(b) % n:n] if n > 1 else b, "another rank's share.*ranks count from 0"),
     (lambda b, r, n: b[r::n][len(b) // n], "raised IndexError"),
 ])
 def test_shard_wrong_answers(wrong, message):

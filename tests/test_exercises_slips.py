@@ -416,3 +416,185 @@ def test_ngram_matches_counted_in_the_reference_are_named():
 
     with pytest.raises(AssertionError, match="occurs in the REFERENCE; a match count is min"):
         evaluation.check_ngram_precision(reference_counts)
+
+
+# --- the second held-out set (fresh2): its accepted, unnamed and misdiagnosed slips, in instances of our own ------
+
+def test_word_tokenizer_that_splits_on_one_space_is_named():
+    from transformer_lib.exercises.tokenization import check_word_tokenizer
+
+    class OneSpace:
+        def __init__(self, texts):
+            self.vocab = {w: i for i, w in enumerate(sorted({w for t in texts for w in t.split(" ")}), start=1)}
+            self.words = {i: w for w, i in self.vocab.items()}
+
+        def encode(self, text):
+            return [self.vocab.get(w, 0) for w in text.split(" ")]
+
+        def decode(self, ids):
+            return " ".join(self.words.get(i, "<unk>") for i in ids)
+
+    with pytest.raises(AssertionError, match=r"you split on ' ' \(split\(' '\)\).*text.split\(\) with no argument"):
+        check_word_tokenizer(OneSpace)
+
+
+@pytest.mark.parametrize("strip, text", [(str.strip, r"\['▁', '▁la'\]\) gave 'la', expected ' la'"),
+                                         (str.lstrip, r"\['▁', '▁la'\]\) gave 'la', expected ' la'"),
+                                         (str.rstrip, r"\['▁la', '▁'\]\) gave 'la', expected 'la '")])
+def test_join_pieces_that_strips_a_lone_marker_is_named(strip, text):
+    from transformer_lib.exercises.tokenization import check_join_pieces
+
+    def join(tokens):
+        out = "".join(tokens).replace("▁", " ")
+        if strip is str.rstrip:
+            return strip(out)[1:] if tokens and tokens[0].startswith("▁") else strip(out)
+        return strip(out)
+
+    with pytest.raises(AssertionError, match=text + ".*a lone ▁ is a space too"):
+        check_join_pieces(join)
+
+
+def test_split_heads_squeeze_that_loses_a_length_of_one_is_named_on_every_call():
+    def squeeze_first(x, n_heads):
+        B = x.size(0)
+        y = x.squeeze()                                   # (B, D) when L = 1: the length is gone
+        L, D = y.shape[-2], y.shape[-1]
+        return y.reshape(B, L, n_heads, D // n_heads).transpose(1, 2)
+
+    for _ in range(2):                                    # a fixed case, not a draw: the same message each time
+        with pytest.raises(AssertionError, match=r"x of shape \(B=3, L=1, D=9\).*this case has L = 1.*squeeze\(\)"):
+            multihead.check_split_heads(squeeze_first)
+
+
+def test_split_heads_permute_then_reshape_is_named_by_its_order():
+    def permuted(x, n_heads):
+        B, L, D = x.shape
+        return x.reshape(B, L, n_heads, D // n_heads).permute(0, 2, 3, 1).reshape(B, n_heads, L, D // n_heads)
+
+    with pytest.raises(AssertionError, match=r"in the order \(B, H, d_k, L\), then reshaped"):
+        multihead.check_split_heads(permuted)
+
+
+def test_causal_self_attention_with_the_diagonal_masked_and_a_finite_fill_is_named():
+    def diagonal_too(x, layer):
+        B, T, D = x.shape
+        H = layer.n_heads
+        q, k, v = (split_heads(p(x), H) for p in (layer.q_proj, layer.k_proj, layer.v_proj))
+        blocked = torch.arange(T)[None, :] >= torch.arange(T)[:, None]           # j >= i: the diagonal too
+        scores = (q @ k.transpose(-2, -1) / math.sqrt(D // H)).masked_fill(blocked, -1e4)
+        return layer.out_proj(merge_heads(scores.softmax(-1) @ v))
+
+    with pytest.raises(AssertionError, match=r"the diagonal is blocked too \(j >= i.*finite fill"):
+        multihead.check_causal_self_attention(diagonal_too)
+
+
+def test_is_causal_with_a_tensor_answer_is_told_to_return_a_python_bool():
+    from tests.test_exercises_decoder import right_is_causal
+    with pytest.raises(AssertionError, match=r"a Python bool, got a tensor of shape \(\).*bool\(\.\.\.\) or \.item\(\)"):
+        decoder.check_is_causal(lambda d, t, m: torch.tensor([right_is_causal(d, t, m)]).all())
+
+
+@pytest.mark.parametrize("check, answer, message", [
+    (training.check_noam_lr, lambda step, d, w: d ** -0.5 * torch.tensor(min(step ** -0.5, step * w ** -1.5),
+                                                                      dtype=torch.float64),
+     r"noam_rate has the right values: return a number .* a tensor of shape \(\)"),
+    (training.check_cooldown, lambda step, progress, d, w, c: torch.tensor(
+        noam_lr(step, d, w) * min(1.0, (1 - progress) / c)), r"return a number .* a tensor of shape \(\)"),
+    (decoding.check_length_normalised_score, lambda lp, n, a: lp / ((5 + n) / 6) ** a if torch.is_tensor(lp)
+     else torch.tensor(lp) / ((5 + n) / 6) ** a, r"right value: return a number .* a tensor of shape \(\)"),
+    (model.check_count_parameters, lambda *a, **k: float(_real_count_of(*a, **k)),
+     r"return a whole number, got a float \(\d+\.0\)"),
+])
+def test_a_number_of_the_wrong_type_is_named(check, answer, message):
+    with pytest.raises(AssertionError, match=message):
+        check(answer)
+
+
+def _real_count_of(*args, **kwargs):
+    return model._real_count(**dict(zip(("src_vocab_size", "tgt_vocab_size", "d_model", "d_ff", "n_layers",
+                                         "tie_embeddings", "norm_first"), args)) | kwargs)
+
+
+def test_ngram_precision_as_floats_is_told_to_return_ints():
+    from collections import Counter
+
+    def as_floats(hypothesis, reference, n):
+        h = Counter(zip(*(hypothesis[i:] for i in range(n))))
+        r = Counter(zip(*(reference[i:] for i in range(n))))
+        return float(sum(min(c, r[g]) for g, c in h.items())), float(sum(h.values()))
+
+    with pytest.raises(AssertionError, match=r"must be two ints: return an int.*a float \(\d\.0\): count with ints"):
+        evaluation.check_ngram_precision(as_floats)
+
+
+def test_shard_that_returns_an_iterator_is_told_to_return_a_list():
+    def lazy(batches, rank, world_size):
+        return (b for i, b in enumerate(batches[:len(batches) - len(batches) % world_size]) if i % world_size == rank)
+
+    with pytest.raises(AssertionError, match=r"return a list, as the statement asks; you returned a generator, an "
+                                             r"iterator that is empty once read"):
+        distributed.check_shard(lazy)
+
+
+def test_real_token_batches_without_the_last_batch_names_the_missing_examples():
+    from transformer_lib.exercises.data import check_real_token_batches
+
+    def no_flush(lengths, max_tokens):
+        out, batch, src, tgt = [], [], 0, 0
+        for i, (s, t) in enumerate(lengths):
+            if batch and max(src + s, tgt + t) > max_tokens:
+                out.append(batch)
+                batch, src, tgt = [], 0, 0
+            batch, src, tgt = batch + [i], src + s, tgt + t
+        return out
+
+    with pytest.raises(AssertionError, match=r"expected \[\[0, 1, 2\].* in no batch\. The examples missing are those of "
+                                             r"the last batch, \[.*\]: after the loop, append the batch still open"):
+        check_real_token_batches(no_flush)
+
+
+def test_attention_by_loops_with_the_values_read_one_index_off_is_named():
+    def shifted(query, key, value):
+        rows = []
+        for q in query:
+            scores = torch.stack([q @ k for k in key]) / math.sqrt(query.size(1))
+            w = (scores - scores.max()).exp()
+            w = w / w.sum()
+            rows.append(sum(w[j] * value[j - 1] for j in range(len(key))))
+        return torch.stack(rows)
+
+    with pytest.raises(AssertionError, match=r"the values are read one index off.*value\[j - 1\]"):
+        attention.check_attention_by_loops(shifted)
+
+
+def test_rms_norm_with_the_square_of_the_mean_is_named():
+    from transformer_lib.exercises.sublayers import check_rms_norm
+    with pytest.raises(AssertionError, match=r"by sqrt\(mean\(x\)² \+ eps\).*You squared the mean"):
+        check_rms_norm(lambda x, weight, eps=1e-6: weight * x / (x.mean(-1, keepdim=True).square() + eps).sqrt())
+
+
+def test_copy_batch_that_finds_the_length_by_the_first_pad_is_told_about_full_rows():
+    from tests.test_exercises_model import right_copy_batch
+
+    def first_pad(src):
+        tgt_in, labels = right_copy_batch(src)
+        full = (src != 0).all(dim=1)                     # argmax of an all-False row is 0: <eos> lands at 0
+        labels, tgt_in = labels.clone(), tgt_in.clone()
+        labels[full] = torch.cat([torch.full((int(full.sum()), 1), 2), src[full]], dim=1)
+        tgt_in[full] = torch.cat([torch.full((int(full.sum()), 1), 1), labels[full][:, :-1]], dim=1).masked_fill(
+            torch.cat([torch.full((int(full.sum()), 1), 1), labels[full][:, :-1]], dim=1) == 2, 0)
+        return tgt_in, labels
+
+    with pytest.raises(AssertionError, match=r"wrong only for the rows that fill all L columns.*\(src != 0\)\.sum\(1\)"):
+        model.check_copy_batch(first_pad)
+
+
+def test_label_smoothing_without_the_minus_sign_is_named():
+    def positive_log(logits, target, eps, pad_id):
+        keep = target != pad_id
+        logp = logits[keep].log_softmax(-1)
+        q = (1 - eps) * F.one_hot(target[keep], logits.size(-1)).to(logp.dtype) + eps / logits.size(-1)
+        return (q * logp).sum(-1).mean()
+
+    with pytest.raises(AssertionError, match=r"the NEGATIVE of .*keep the minus sign"):
+        training.check_label_smoothing(positive_log)

@@ -123,7 +123,8 @@ def noam_branches(step, d, w, switch=None):
     lambda step, d, w: d ** -0.5 * min(step ** -0.5, step * w ** -1.5),
     noam_branches,
     lambda step, d, w: noam_branches(step, d, w, switch=w - 1),     # the branches meet at w: either side is right
-    lambda step, d, w: torch.tensor(float(d)).rsqrt() * torch.minimum(torch.tensor(step ** -0.5), torch.tensor(step / w ** 1.5)),
+    lambda step, d, w: (torch.tensor(float(d)).rsqrt() * torch.minimum(torch.tensor(step ** -0.5),
+                                                                      torch.tensor(step / w ** 1.5))).item(),
     lambda step, d, w: 1 / math.sqrt(d) * (step * w ** -1.5 if step < w else 1 / math.sqrt(step)),
 ])
 def test_noam_right_answers(right):
@@ -144,6 +145,9 @@ def test_noam_right_answers(right):
     (lambda step, d, w: d ** -0.5 * min(step ** -0.5, step * w ** 1.5), "warmup branch step · warmup_steps\\^-1.5 is missing \\(or has a positive exponent"),
     (lambda step, d, w: d ** -0.5 * min(step ** 0.5, step * w ** -1.5), "step\\^0.5"),
     (lambda step, d, w: [noam_branches(step, d, w)], "return a number"),
+    (lambda step, d, w: torch.tensor(float(d)).rsqrt() * torch.minimum(torch.tensor(step ** -0.5),
+                                                                       torch.tensor(step / w ** 1.5)),
+     r"right values: return a number \(int or float\).*a tensor of shape \(\).*\.item\(\)"),
     (lambda step, d, w: 3 * noam_branches(step, d, w), "3 times eq. 3 at every step"),
 ])
 def test_noam_wrong_answers(wrong, message):

@@ -149,7 +149,9 @@ def _loop_inputs() -> list[tuple[Tensor, Tensor, Tensor]]:
     fresh = fresh_generator()
     Lq, Lk, d_k, d_v = (int(torch.randint(1, high, (), generator=fresh)) for high in (5, 7, 12, 6))
     drawn = tuple(torch.randn(n, d, generator=fresh) for n, d in ((Lq, d_k), (Lk, d_k), (Lk, d_v)))
-    return [fixed, large, drawn]
+    tiny = (torch.randn(1, 1, generator=generator), torch.randn(1, 1, generator=generator),
+            torch.randn(1, 2, generator=generator))                     # one query, one key, d_k = 1
+    return [fixed, large, tiny, drawn]
 
 
 def _as_tensor(result, like: Tensor):
@@ -204,6 +206,13 @@ def _check_loops_on(attention_by_loops, query: Tensor, key: Tensor, value: Tenso
                  (query @ key.T / math.sqrt(d_k)).exp() @ value,
              "you divided the scores by their sum without exp; the softmax is exp(score) / sum of exp(scores)":
                  (lambda sc: sc / sc.sum(-1, keepdim=True))(query @ key.T / math.sqrt(d_k)) @ value}
+    if n_keys > 1:                   # an index off by one (value[j - 1] wraps around to the last row at j = 0)
+        slips |= {f"the values are read one index off: output i is the sum over keys j of weight[i, j] * value[j]; "
+                  f"yours used value[j {sign} 1] (check the index of the values in your loop)": weights @ value.roll(shift, 0)
+                  for shift, sign in ((1, "-"), (-1, "+"))}
+        slips |= {f"the keys are read one index off: weight[i, j] comes from q_i · k_j; yours used key[j {sign} 1] "
+                  "(check the index of the keys in your loop)": _attention(query, key.roll(shift, 0), value, math.sqrt(d_k))
+                  for shift, sign in ((1, "-"), (-1, "+"))}
     if n_queries > 1 and allclose(result, result[:1].expand_as(result)) and not allclose(
             expected, expected[:1].expand_as(expected)):
         raise AssertionError("every query got the same output row; loop over the queries and give each its own "

@@ -7,7 +7,7 @@ import torch
 
 from transformer_lib.data import token_batches
 from transformer_lib.exercises import call, fresh_random, run_checker
-from transformer_lib.exercises.explain import name_difference
+from transformer_lib.exercises.explain import name_difference, what_it_is
 from transformer_lib.exercises.guards import equal
 
 # Lengths (source, target) in tokens, chosen so that the real-token and the padded-token rules differ.
@@ -49,7 +49,7 @@ def _check_batches_on(fn, lengths: list[tuple[int, int]], max_tokens: int) -> No
                + (" (no examples)" if not lengths else ""))
     assert isinstance(got, (list, tuple)) and all(isinstance(b, (list, tuple)) for b in got), \
         f"return a list of batches, each a list of example indices, got {got!r}"
-    got = [list(b) for b in got]
+    raw, got = got, [list(b) for b in got]
     if not lengths:
         assert got == [], f"for no examples return no batches, [], got {got}"
     assert [] not in got, (f"lengths={lengths}, max_tokens={max_tokens} gave an empty batch: open a new batch only "
@@ -61,7 +61,18 @@ def _check_batches_on(fn, lengths: list[tuple[int, int]], max_tokens: int) -> No
         raise AssertionError(f"example(s) {sorted(set(too_long) - set(seen))} of lengths={lengths} hold more than "
                              f"max_tokens={max_tokens} tokens and were dropped: an example too long for any batch "
                              "gets a batch of its own")
-    assert seen == list(range(len(lengths))), "every example index must appear in exactly one batch"
+    if seen != list(range(len(lengths))):
+        missing = sorted(set(range(len(lengths))) - set(seen))
+        twice = sorted({i for i in seen if seen.count(i) > 1})
+        story = (f" The examples missing are those of the last batch, {expected[-1]}: after the loop, append the "
+                 "batch still open (when it holds an example)" if expected and missing == expected[-1] else "")
+        raise AssertionError(f"lengths={lengths}, max_tokens={max_tokens}: every example index must appear in "
+                             f"exactly one batch; expected {expected}, got {got}: "
+                             + "; ".join(part for part in (f"{missing} in no batch" if missing else "",
+                                                           f"{twice} twice" if twice else "",
+                                                           f"{sorted(set(seen) - set(range(len(lengths))))} are no "
+                                                           "example index" if set(seen) - set(range(len(lengths)))
+                                                           else "") if part) + "." + story)
     assert [i for b in got for i in b] == list(range(len(lengths))), (
         "keep the examples in the order given (no sorting, no shuffling)")
     for i in too_long:
@@ -92,6 +103,10 @@ def _check_batches_on(fn, lengths: list[tuple[int, int]], max_tokens: int) -> No
     assert got == expected, (
         f"lengths={lengths}, max_tokens={max_tokens}: expected {expected}, got {got}; close a batch only when the "
         "next example would push either side over max_tokens (a batch of exactly max_tokens is allowed)")
+    odd = raw if not isinstance(raw, list) else next((b for b in raw if not isinstance(b, list)), None)
+    assert odd is None, (f"lengths={lengths}, max_tokens={max_tokens}: the right batches, but return a list of "
+                         f"batches, each a list of example indices, as the statement asks; you returned "
+                         f"{what_it_is(odd) if odd is not raw else what_it_is(raw)}" + ("" if odd is raw else " as a batch"))
 
 
 def check_real_token_batches(your_function) -> None:

@@ -4,7 +4,7 @@ import torch
 from transformer_lib.attention import subsequent_mask
 from transformer_lib.decoder import Decoder
 from transformer_lib.exercises import Refuse, call, fresh_generator, run_checker
-from transformer_lib.exercises.explain import name_difference
+from transformer_lib.exercises.explain import name_difference, what_it_is
 from transformer_lib.exercises.guards import equal
 
 _NO_TRIU = [Refuse(name, "build the mask without torch.triu (or subsequent_mask, which uses it): compare a column of "
@@ -73,11 +73,13 @@ def _check_is_causal(is_causal) -> None:
     def ask(decoder, what, tgt=tgt, memory=memory):
         answer = call(is_causal, decoder, tgt, memory, on=f"{what} (tgt {tuple(tgt.shape)}, memory "
                       f"{tuple(memory.shape)})")
-        assert isinstance(answer, bool) or (torch.is_tensor(answer) and answer.numel() == 1
-                                            and answer.dtype == torch.bool), \
-            "return True or False, got " + (f"a tensor of shape {tuple(answer.shape)}" if torch.is_tensor(answer)
-                                            else repr(answer))
-        return bool(answer)
+        if not isinstance(answer, bool):
+            got = (f"a tensor of shape {tuple(answer.shape)}" + (f" ({answer!r})" if answer.numel() == 1 else "")
+                   if torch.is_tensor(answer) else what_it_is(answer))
+            raise AssertionError(f"return True or False, a Python bool, got {got}" + (
+                ": turn a one-element tensor into a bool with bool(...) or .item()"
+                if torch.is_tensor(answer) and answer.numel() == 1 else ""))
+        return answer
 
     assert ask(ignores_tgt, "a decoder whose output does not depend on tgt at all"), (
         "a decoder whose output does not depend on tgt at all is causal, but your function said False: compare "
@@ -90,20 +92,14 @@ def _check_is_causal(is_causal) -> None:
         "a decoder with the causal mask is causal, but your function said False: after changing position j, compare "
         "only the EARLIER outputs i < j; outputs j, j + 1, ... may change")
     assert not ask(unmasked, "a decoder without the causal mask"), (
-        "a decoder WITHOUT the causal mask sees later positions, but your function said it is causal: change a later "
-        "position by a visible amount (say + 1) and compare the earlier outputs with a tolerance (torch.allclose)")
+        "a decoder WITHOUT the causal mask sees later positions, but your function said it is causal: " + _DIFFERENT)
     if ask(_leaky(masked, 0, T - 1), "a decoder whose output 0 sees the last position") and not ask(
             _leaky(masked, 0, T - 1, strength=10.0), "a decoder whose output 0 sees the last position strongly"):
         raise AssertionError("output 0 of this decoder depends a little on the last target position (0.01 × its "
                              "value), and your function called it causal, though it caught the same leak when it "
                              "was strong: your comparison is too loose. Compare the earlier outputs with a tight "
                              "tolerance (torch.allclose's default, or atol=1e-6)")
-    assert not ask(_leaky(masked, 0, T - 1), "a decoder whose output 0 sees the last position"), (
-        "output 0 of this decoder depends on the LAST target position, but your function said it is "
-        "causal: change every later position j > i, not only the next one")
-    assert not ask(_leaky(masked, 2, 3), "a decoder whose output 2 sees position 3"), (
-        "output 2 of this decoder depends on position 3, but your function said it is "
-        "causal: check every output position i, not only the first")
+    _check_leaks(lambda i, j: not ask(_leaky(masked, i, j), f"a decoder whose output {i} sees position {j}"), T)
     assert not ask(_leaky(masked, 1, 4, rows=slice(1, None)), "a decoder whose output 1 sees position 4 in the "
                    "second sentence of the batch only"), (
         "in the SECOND sentence of the batch (row 1), output 1 of this decoder depends on position 4, but your "
@@ -118,6 +114,37 @@ def _check_is_causal(is_causal) -> None:
     assert not ask(_leaky(masked, i, j), f"a decoder whose output {i} sees position {j}", tgt, memory), (
         f"output {i} of this decoder depends on the later position {j} (T={T}), but your function said it is "
         "causal: check every pair of an output i and a later position j > i")
+    torch.manual_seed(1)
+    pre_ln = Decoder(D, 4, 32, n_layers=2, dropout=0.0, norm_first=True).double().eval()   # float64: no rounding
+    tgt, memory = torch.randn(2, 6, D, dtype=torch.float64), torch.randn(2, S, D, dtype=torch.float64)
+    assert not ask(lambda tgt, memory: pre_ln(tgt, memory), "a pre-LN decoder without the causal mask", tgt, memory), (
+        "a pre-LN decoder WITHOUT the causal mask sees later positions, but your function said it is causal. A pre-LN "
+        "decoder reads every position through LayerNorms, which subtract each vector's mean: adding the same number "
+        "to every feature of a position moves none of its outputs. " + _DIFFERENT[0].upper() + _DIFFERENT[1:])
+
+
+_DIFFERENT = ("replace a later position with a different vector (torch.randn_like; a constant shift is removed by "
+              "LayerNorm) and compare the earlier outputs with a tolerance (torch.allclose)")
+
+
+def _check_leaks(caught, T: int) -> None:
+    """Decoders with one leak each, output i seeing a later position j: which of them `caught(i, j)` finds tells
+    which outputs or which positions the learner's function never looks at."""
+    found = {(i, j): caught(i, j) for i, j in ((0, T - 1), (0, 1), (2, 3), (2, T - 1))}
+    if all(found.values()):
+        return
+    missed = ", ".join(f"output {i} sees position {j}" for (i, j), ok in found.items() if not ok)
+    if found[0, 1] and found[2, 3] and not found[0, T - 1]:
+        story = "change every later position j > i, not only the next one"
+    elif found[0, T - 1] and found[2, T - 1] and not found[0, 1] and not found[2, 3]:
+        story = (f"you changed only the LAST position (T - 1 = {T - 1}); a leak from an earlier position goes "
+                 "unseen. Change each later position j = 1 .. T - 1 in turn, and compare the outputs i < j")
+    elif found[0, T - 1] and found[0, 1] and not found[2, 3] and not found[2, T - 1]:
+        story = "check every output position i, not only the first"
+    else:
+        story = "check every pair of an output i and a later position j > i"
+    raise AssertionError(f"your function said these decoders are causal, but in each one output i depends on a later "
+                         f"position j: {missed} (T = {T}): {story}")
 
 
 def check_is_causal(your_function) -> None:

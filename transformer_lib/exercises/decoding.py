@@ -15,7 +15,7 @@ from torch import nn
 from transformer_lib.attention import subsequent_mask
 from transformer_lib.decoding import beam_search, greedy_decode, length_penalty
 from transformer_lib.exercises import Refuse, call, fresh_random, run_checker
-from transformer_lib.exercises.explain import regime
+from transformer_lib.exercises.explain import is_int, number_expected, regime, what_it_is
 from transformer_lib.model import Transformer
 from transformer_lib.exercises.guards import assert_close, equal, isclose
 
@@ -48,9 +48,10 @@ def _check_score(your_function) -> None:
         assert not isinstance(got, complex), (f"log_prob={log_prob}, length={length}, alpha={alpha} gave the complex "
                                               f"number {got}: raise only lp to the power α, never the negative log P")
         assert isinstance(got, (int, float)) or (torch.is_tensor(got) and got.numel() == 1), \
-            f"return a number, got {type(got).__name__}"
-        got = float(got)
+            f"return a number, got {what_it_is(got)}"
+        raw, got = got, float(got)
         if isclose(got, expected, rel_tol=1e-6, abs_tol=1e-9):
+            number_expected(raw, f"log_prob={log_prob}, length={length}, alpha={alpha} gave the right value")
             continue
         hint = ""
         if isclose(got, log_prob / (5 + length) ** alpha, rel_tol=1e-6):
@@ -295,9 +296,14 @@ def _compare(your_function, model, src, mask, max_len: int, expected: list[list[
                              "too many?)")
     assert isinstance(got, (list, tuple)) and all(isinstance(row, (list, tuple)) or torch.is_tensor(row) for row in got), \
         f"return a list with one list of ids per sentence, got {type(got).__name__}"
-    got = [[int(i) for i in row] for row in got]
+    raw, got = got, [[int(i) for i in row] for row in got]
     assert len(got) == len(expected), f"return one list of ids per sentence: {len(expected)}, got {len(got)}"
     if got == expected:
+        odd = next((row for row in raw if not isinstance(row, list) or not all(is_int(i) for i in row)), None)
+        assert isinstance(raw, list) and odd is None, (
+            f"{what}: the right ids, but return a list of lists of ints, as the statement asks; you returned "
+            f"{what_it_is(raw) if not isinstance(raw, list) else 'a list holding ' + what_it_is(odd)}: "
+            "row.tolist() turns a tensor of ids into a list of ints")
         return
     for message, slip in _SLIPS:
         wrong = _greedy(model, src, mask, max_len, **slip)

@@ -15,7 +15,7 @@ import torch
 
 from transformer_lib.distributed import shard_batches
 from transformer_lib.exercises import Refuse, call, fresh_random, run_checker
-from transformer_lib.exercises.explain import name_difference
+from transformer_lib.exercises.explain import name_difference, what_it_is
 from transformer_lib.exercises.guards import allclose, assert_close
 
 _NO_SHARD_BATCHES = [Refuse(shard_batches, "shard_batches is the course's own function, the one this exercise asks "
@@ -32,23 +32,36 @@ def check_shard(your_function) -> None:
         for n_batches, world_size in ((8, 2), (7, 2), (10, 3), (11, 4), (4, 4), (5, 1), (2, 3), (0, 2), drawn):
             batches = [f"b{i}" for i in range(n_batches)]
             try:
-                shards = [list(call(fn, batches, rank, world_size, refuse=_NO_SHARD_BATCHES,
-                                    on=f"{n_batches} batches, rank={rank}, world_size={world_size}"
-                                       + (" (fewer batches than ranks)" if n_batches < world_size else "")))
-                          for rank in range(world_size)]
+                returned = [call(fn, batches, rank, world_size, refuse=_NO_SHARD_BATCHES,
+                                 on=f"{n_batches} batches, rank={rank}, world_size={world_size}"
+                                    + (" (fewer batches than ranks)" if n_batches < world_size else ""))
+                            for rank in range(world_size)]
             except AssertionError as error:
                 if n_batches < world_size and isinstance(error.__cause__, ValueError):
                     continue                   # a ValueError is right too (shard_batches raises one)
                 raise
+            odd = next((shard for shard in returned if not isinstance(shard, list)), None)
+            if odd is not None:
+                raise AssertionError(f"{n_batches} batches, world_size {world_size}: return a list, as the statement "
+                                     f"asks; you returned {what_it_is(odd)}" + (
+                                         ", an iterator that is empty once read: wrap it in list(...)"
+                                         if hasattr(odd, "__next__") else ": wrap it in list(...)"))
+            shards = returned
             expected = [batches[rank:n_batches - n_batches % world_size:world_size] for rank in range(world_size)]
             if shards == expected:
                 continue
+            if sorted(map(tuple, shards)) == sorted(map(tuple, expected)) and len(set(map(tuple, expected))) > 1:
+                owner = [expected.index(shard) for shard in shards]
+                raise AssertionError(f"{n_batches} batches, world_size {world_size}: each rank got another rank's "
+                                     f"share (rank r got the share of rank {owner} for r = 0 .. {world_size - 1}): "
+                                     "ranks count from 0, and rank r starts at batch r: "
+                                     "batches[rank:len(batches) - len(batches) % N:N]")
             sizes = [len(shard) for shard in shards]
             if len(set(sizes)) > 1:
                 rest = n_batches % world_size
                 raise AssertionError(f"{n_batches} batches over {world_size} ranks gave shards of {sizes} batches: "
-                                     "every rank must get the same number, or the rank with one more waits forever "
-                                     "in the all-reduce; " + (f"drop the last {rest} first" if rest else
+                                     "every rank must get the same number, or the rank with one more waits in the "
+                                     "all-reduce until the process group's timeout (30 min for gloo, 10 for NCCL); " + (f"drop the last {rest} first" if rest else
                                      "rank r takes batches r, r + N, r + 2N, ... (batches[rank::world_size])"))
             used = [b for shard in shards for b in shard]
             if len(set(used)) < len(used):

@@ -80,6 +80,8 @@ def _check_pre_ln_encoder_layer(pre_ln_encoder_layer) -> None:
     padding = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
     _check_layer_with(pre_ln_encoder_layer, 16, 4, torch.Generator().manual_seed(0), padding)
     _check_layer_with(pre_ln_encoder_layer, 16, 4, torch.Generator().manual_seed(1), None)
+    _check_layer_with(pre_ln_encoder_layer, 8, 2, torch.Generator().manual_seed(2),
+                      torch.tensor([[False] * 3 + [True]]))                       # a batch of one sentence
     generator = fresh_generator()
     B, S, H, d_k = (int(torch.randint(low, high, (), generator=generator)) for low, high in ((1, 4), (2, 8), (1, 4), (2, 6)))
     lengths = torch.randint(1, S + 1, (B,), generator=generator)

@@ -16,7 +16,7 @@ from sacrebleu.metrics.base import Metric
 from sacrebleu.metrics.bleu import BLEU
 
 from transformer_lib.exercises import Refuse, call, fresh_random, run_checker
-from transformer_lib.exercises.explain import regime
+from transformer_lib.exercises.explain import is_int, is_number, number_expected, regime, what_it_is
 from transformer_lib.exercises.guards import isclose
 
 _YOURSELF = "compute it yourself: sacreBLEU is what the checker compares your function with"
@@ -54,17 +54,20 @@ _BP_SLIPS = {  # a slip that explains every answer for c > 0, and the message th
 def _check_bp(your_function) -> None:
     rng = fresh_random()
     drawn = [(rng.randint(1, 60), rng.randint(1, 60)) for _ in range(3)] + [(rng.randint(61, 90), rng.randint(91, 200))]
-    answers = {}
+    answers, returned = {}, None
     for c, r in [(10, 10), (11, 10), (12, 10), (9, 10), (5, 10), (1, 7), (3, 30), (7, 20), (0, 5)] + drawn:
         got = call(your_function, c, r, on=f"the candidate is empty (c=0, r={r})" if c == 0 else f"c={c}, r={r}",
                    hint=("an empty output has BP = 0 (and BLEU 0): return 0.0 before dividing by c"
                          if c == 0 else None), refuse=_NO_SACREBLEU)
         assert isinstance(got, (int, float)) or (hasattr(got, "__float__") and getattr(got, "ndim", 0) == 0), \
-            f"c={c}, r={r}: return a number, got {type(got).__name__}"
+            f"c={c}, r={r}: return a number, got {what_it_is(got)}"
         answers[c, r] = float(got)
+        returned = got if not is_number(got) and returned is None else returned
     expected = {(c, r): _sacrebleu(" ".join(["w"] * c), " ".join(["w"] * r)).bp for c, r in answers}
     wrong = [(c, r) for c, r in answers if not isclose(answers[c, r], expected[c, r], rel_tol=1e-6, abs_tol=1e-9)]
     if not wrong:
+        if returned is not None:
+            number_expected(returned, "brevity_penalty has the right values")
         return
     for message, slip in _BP_SLIPS.items():
         if all(isclose(answers[c, r], slip(c, r), rel_tol=1e-6) for c, r in answers if c > 0):
@@ -115,7 +118,7 @@ def _fresh_cases() -> list[tuple[str, str]]:
 
 
 def _check_precision(your_function) -> None:
-    results = []                                     # (hypothesis, reference, n, expected, got)
+    results, odd = [], None                          # (hypothesis, reference, n, expected, got)
     for hypothesis, reference in CASES + _fresh_cases():
         scores = _sacrebleu(hypothesis, reference)
         for n in (1, 2, 3, 4):
@@ -123,11 +126,16 @@ def _check_precision(your_function) -> None:
                        on=f"n={n}, hypothesis {hypothesis!r}, reference {reference!r}" + (
                            " (shorter than n words)" if len(hypothesis.split()) < n else "")
                        + (" (an empty hypothesis)" if not hypothesis else ""))
-            assert isinstance(got, tuple) and len(got) == 2, "return a tuple (matches, total)"
+            assert isinstance(got, tuple) and len(got) == 2, \
+                f"return a tuple (matches, total), got {what_it_is(got)}"
             results.append((hypothesis, reference, n, (scores.counts[n - 1], scores.totals[n - 1]),
                             (int(got[0]), int(got[1]))))
+            odd = odd if odd is not None else next((value for value in got if not is_int(value)), None)
     wrong = [result for result in results if result[3] != result[4]]
     if not wrong:
+        if odd is not None:
+            number_expected(odd, "ngram_precision has the right counts, but (matches, total) must be two ints",
+                            kind="int")
         return
     hypothesis, reference, n, expected, got = wrong[0]
     where = f"n={n}, hypothesis {hypothesis!r}, reference {reference!r}: expected {expected}, got {got}."

@@ -9,15 +9,53 @@ right and on which wrong.
 Beyond a list of slips: `name_slip` derives them from the reference solution (each step a knob; a slip is
 one knob turned, a pair two) and names the one the learner's outputs match on the same fresh cases; where
 none does, `where_wrong` says what the failing cases share, `shape_story` how a shape differs axis by axis,
-and `weight_invariants` which property of attention weights breaks.
+and `weight_invariants` which property of attention weights breaks. `what_it_is` and `number_expected` say which
+type a function returned where its statement asks for another (a Python bool, a number, an int, a list).
 """
 import math
+import numbers
 from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
 from transformer_lib.exercises.guards import allclose, isclose, tensor_isclose
+
+
+def what_it_is(value) -> str:
+    """A returned value's type in words ("a tensor of shape () (0.25, torch.float32)", "a numpy.float32 (0.5)",
+    "an itertools.islice"), for a message that says what the statement asks for instead."""
+    if isinstance(value, Tensor):
+        return f"a tensor of shape {tuple(value.shape)}" + (f" ({value.item()!r}, {value.dtype})"
+                                                             if value.numel() == 1 else "")
+    kind = type(value)
+    name = kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__.split('.')[0]}.{kind.__name__}"
+    text = repr(value)
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}" + (f" ({text})" if len(text) <= 40 and " object at " not in text
+                                                                else "")
+
+
+def is_number(value) -> bool:
+    """A Python (or NumPy) number, not a bool and not a tensor."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def is_int(value) -> bool:
+    """A Python (or NumPy) integer, not a bool, a float or a tensor."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def number_expected(value, where: str, kind: str = "number") -> None:
+    """Raise AssertionError when the statement asks for a number (`kind` "number") or an int ("int") and `value`
+    is another type: say what was returned and how to turn it into what is asked."""
+    if (is_int if kind == "int" else is_number)(value):
+        return
+    fix = ("turn a one-element tensor into a number with .item()" if isinstance(value, Tensor) and value.numel() == 1
+           else "compute it with Python numbers (math, not torch)")
+    if kind == "int" and is_number(value):
+        fix = "count with ints (// or int(...)), not floats"
+    raise AssertionError(f"{where}: return {'an int' if kind == 'int' else 'a number (int or float)'}, as the "
+                         f"statement asks; you returned {what_it_is(value)}: {fix}")
 
 
 def _constant(values: Tensor) -> float | None:

@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from transformer_lib.exercises import Refuse, call, fresh_random, run_checker
-from transformer_lib.exercises.explain import name_difference, name_slip, where_wrong
+from transformer_lib.exercises.explain import is_int, name_difference, name_slip, number_expected, what_it_is, where_wrong
 from transformer_lib.model import EncoderDecoder, Transformer, build_transformer
 from transformer_lib.exercises.guards import equal
 
@@ -113,14 +113,17 @@ def check_count_parameters(your_function) -> None:
     __tracebackhide__ = True                 # IPython and pytest show the message, not this frame
     def check(count_parameters):
         cases = _count_cases()
-        answers, expected = [], []
+        answers, expected, returned = [], [], None
         for full in cases:
             expected.append(_real_count(**full))
             got = call(count_parameters, **full, on=f"sizes {full}", refuse=_NO_MODEL)
             assert isinstance(got, int) or (isinstance(got, torch.Tensor) and got.numel() == 1), \
-                f"return a whole number, got {type(got).__name__}"
+                f"return a whole number, got {what_it_is(got)}"
             answers.append(int(got))
+            returned = got if not is_int(got) and returned is None else returned
         if answers == expected:
+            if returned is not None:
+                number_expected(returned, "count_parameters has the right counts", kind="int")
             return
         slip = name_slip(answers, cases, _formula, _COUNT_SLIPS, lambda got, wrong: got == wrong)
         i = next(i for i, (got, want) in enumerate(zip(answers, expected)) if got != want)
@@ -166,6 +169,23 @@ def _copy_sources() -> list[torch.Tensor]:
     return [fixed, drawn]
 
 
+def _say_which_rows(src: torch.Tensor, got: torch.Tensor, expected: torch.Tensor, name: str) -> None:
+    """When only some rows are wrong, say what those rows share (no padding, one symbol), and show the first."""
+    wrong = (got != expected).any(dim=1)                                   # (B,)
+    if not wrong.any() or wrong.all():
+        return
+    lengths = (src != PAD).sum(dim=1)
+    said = where_wrong(wrong.logical_not().tolist(), list(range(len(src))), {
+        "for the rows that fill all L columns (no <pad> in src)": lambda b: lengths[b] == src.size(1),
+        "for the rows with a single symbol": lambda b: lengths[b] == 1})
+    b = int(wrong.nonzero()[0])
+    full = " A row without <pad> has no first <pad> to find (argmax of src == 0 is then 0): count the symbols, " \
+           "(src != 0).sum(1)" if said and "fill all L" in said else ""
+    raise AssertionError(f"the {name} rows are {said or 'wrong for rows ' + str(wrong.nonzero().flatten().tolist())}: "
+                         f"for src row {src[b].tolist()} the {name} row should be {expected[b].tolist()}, got "
+                         f"{got[b].tolist()}.{full}")
+
+
 def _check_copy_on(copy_batch, src: torch.Tensor) -> None:
     B, L = src.shape
     expected_in, expected_labels = _reference_copy_batch(src)
@@ -204,6 +224,8 @@ def _check_copy_on(copy_batch, src: torch.Tensor) -> None:
     if equal(labels, at_row_end):
         raise AssertionError("<eos> must come right after each sentence's last symbol, not at the end of the "
                              "padded row: labels[b, length_b] = 2, then <pad>")
+    _say_which_rows(src, labels, expected_labels, "label")
+    _say_which_rows(src, tgt_in, expected_in, "decoder input")
     name_difference(labels, expected_labels, f"the labels for src {tuple(src.shape)}: ", "; label rows are the "
                     "symbols, then <eos> = 2, then <pad> = 0")
     name_difference(tgt_in, expected_in, f"the decoder input for "

@@ -4,6 +4,7 @@ Hand-written, not exported (see `transformer_lib.exercises`): each `check_…(yo
 the learner's function with the course's `split_heads` or `MultiHeadAttention` on small fixed inputs,
 and for a wrong answer names the likely slip (a view without transpose, no causal mask, ...).
 """
+import itertools
 import math
 
 import torch
@@ -26,11 +27,16 @@ _NO_FUSED = [Refuse("scaled_dot_product_attention", "F.scaled_dot_product_attent
 def _check_split_heads(my_split_heads) -> None:
     generator = fresh_generator()
     B, L, H, d_k = (int(torch.randint(low, high, (), generator=generator)) for low, high in ((3, 5), (1, 7), (3, 6), (3, 7)))
-    for B, L, D, H in [(2, 3, 8, 4), (1, 5, 6, 2), (B, L, H * d_k, H)]:
+    for B, L, D, H in [(2, 3, 8, 4), (1, 5, 6, 2), (3, 1, 9, 3), (1, 1, 4, 2), (B, L, H * d_k, H)]:
         x = torch.arange(B * L * D, dtype=torch.float32).view(B, L, D)  # (B, L, D): every entry different
         expected = split_heads(x, H)                                     # (B, H, L, d_k)
+        ones = " and ".join(f"{name} = 1" for name, size in (("B", B), ("L", L)) if size == 1)
         result = call(my_split_heads, x, H, on=f"x of shape (B={B}, L={L}, D={D}) and n_heads={H}",
-                      refuse=_NO_SPLIT_HEADS)
+                      refuse=_NO_SPLIT_HEADS, hint=lambda e: (
+                          f"this case has {ones}, an axis of size 1, and the shapes did not fit. If your code squeezes: "
+                          "squeeze() drops EVERY axis of size 1, and a size read from the shape after it is another "
+                          "axis's; take B, L, D = x.shape once, and squeeze only the axis you mean, if any"
+                          if ones and isinstance(e, RuntimeError) else None))
         assert isinstance(result, Tensor), f"my_split_heads must return a torch.Tensor, got {type(result).__name__}"
         d_k = D // H
         story = shape_story(tuple(result.shape), tuple(expected.shape), ("B", "H", "L", "d_k"))
@@ -52,16 +58,34 @@ def _check_split_heads(my_split_heads) -> None:
                                                 f"for n_heads={H}, got {tuple(result.shape)}")
         if equal(result, x.reshape(B, H, L, d_k)) and not equal(result, expected):
             raise AssertionError("x.view(B, H, L, d_k) has the right shape but mixes positions and features: "
-                                 "head 0 would get whole positions. View as (B, L, H, d_k), then transpose(1, 2)")
+                                 "head 0 would get the first L·d_k numbers of the sentence (whole positions only when H "
+                                 "divides L). View as (B, L, H, d_k), then transpose(1, 2)")
         if equal(result, x.view(B, L, d_k, H).permute(0, 3, 1, 2)) and not equal(result, expected):
             raise AssertionError("you cut the features as (d_k, H), so head i got features i, i + H, i + 2H, ...; "
                                  "view the last dimension as (H, d_k): head i holds the block i*d_k .. (i+1)*d_k - 1")
+        _name_a_permute(result, x, expected, H)
         name_difference(result, expected, f"my_split_heads(x of shape {(B, L, D)}, n_heads={H}): ",
                         "; head i holds features i*d_k .. (i+1)*d_k - 1 of every position")
         assert equal(result, expected), (
             f"head i must hold features i*d_k .. (i+1)*d_k - 1 of every position; for x = arange, head 1 of "
             f"position 0 is {expected[0, 1, 0].tolist()}, yours is {result[0, 1, 0].tolist()}")
         assert equal(merge_heads(result), x), "merge_heads(my_split_heads(x)) must give x back"
+
+
+def _name_a_permute(result: Tensor, x: Tensor, expected: Tensor, H: int) -> None:
+    """A permute of the view (B, L, H, d_k) into another order of axes, then a reshape to the right shape: name the
+    order (every order is tried, so no list of slips is needed)."""
+    B, L, D = x.shape
+    names, view = ("B", "L", "H", "d_k"), x.view(B, L, H, D // H)
+    for order in itertools.permutations(range(4)):
+        if order == (0, 2, 1, 3):
+            continue
+        wrong = view.permute(order).reshape(expected.shape)
+        if equal(result, wrong) and not equal(wrong, expected):
+            raise AssertionError(f"my_split_heads(x of shape {(B, L, D)}, n_heads={H}): you put the axes of the view "
+                                 f"(B, L, H, d_k) in the order ({', '.join(names[i] for i in order)}), then reshaped to "
+                                 "(B, H, L, d_k); a reshape keeps that order and only relabels the sizes. The order "
+                                 "must be (B, H, L, d_k): .transpose(1, 2) of the view, nothing more")
 
 
 def check_split_heads(your_function) -> None:
@@ -111,6 +135,9 @@ _ATTENTION_SLIPS = {  # each message, and the knobs of `_by_hand` that make its 
     "torch.triu(..., diagonal=1), not tril": dict(mask="the past"),
     "the diagonal is blocked too, so query 0 has no key left (NaN): query i may attend to itself; block only the "
     "keys j > i, torch.triu(..., diagonal=1)": dict(mask="the diagonal too"),
+    "the diagonal is blocked too (j >= i, torch.triu(..., diagonal=0)): query i may attend to itself. With a finite "
+    "fill such as -1e9, query 0 has no key left and spreads its weight evenly over EVERY key, the future included; "
+    "block only the keys j > i, torch.triu(..., diagonal=1)": dict(mask="the diagonal too", fill=-1e9),
     "the mask is inverted: True (blocked) must be ABOVE the diagonal, the future keys; yours lets each query see "
     "only the future": dict(mask="inverted"),
     "the masked scores were filled with 0, and exp(0) = 1 is not a zero weight: fill them with -inf "
@@ -162,6 +189,7 @@ def _check_causal_self_attention(causal_self_attention) -> None:
     fresh = fresh_generator()
     H, d_k = int(torch.randint(1, 5, (), generator=fresh)), int(torch.randint(1, 6, (), generator=fresh))
     for B, T, D, H, generator in ((2, 5, 24, 4, torch.Generator().manual_seed(5)),   # d_k = 6: sqrt(d_k) != sqrt(H)
+                                  (1, 4, 6, 1, torch.Generator().manual_seed(6)),    # one sentence, one head
                                   (int(torch.randint(1, 4, (), generator=fresh)),
                                    int(torch.randint(2, 8, (), generator=fresh)), H * d_k, H, fresh)):
         _check_attention_with(causal_self_attention, B, T, D, H, generator)

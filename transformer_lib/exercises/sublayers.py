@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from transformer_lib.exercises import Refuse, call, fresh_generator, run_checker
 from transformer_lib.exercises.explain import name_difference
 from transformer_lib.sublayers import LayerNorm, PositionwiseFeedForward, SublayerConnection
-from transformer_lib.exercises.guards import allclose, assert_close
+from transformer_lib.exercises.guards import allclose, assert_close, tensor_isclose
 
 _NO_RMS_NORM = [Refuse("rms_norm", "F.rms_norm (or nn.RMSNorm) is PyTorch's RMSNorm, the one the checker compares "
                        "with; write the formula yourself: weight * x / sqrt(mean(x²) + eps)")]
@@ -42,6 +42,38 @@ def _rms_hint(error: Exception) -> str | None:
     return None
 
 
+def _divisor_story(result: Tensor, x: Tensor, weight: Tensor, eps: float) -> str | None:
+    """When the output is γ ⊙ x divided by one number per position, recover that number and name the statistic it
+    is (every order of square, absolute value, mean and root, with eps inside, outside or left out); else say where
+    it differs from sqrt(mean(x²) + eps)."""
+    x, weight, result = x.double(), weight.double(), result.double()
+    if (result.abs() < 1e-6).any() or (x.abs() < 1e-6).any() or (weight.abs() < 1e-6).any():
+        return None
+    divisor = weight * x / result                                        # (..., D): the same along D?
+    if not allclose(divisor, divisor[..., :1].expand_as(divisor), rtol=1e-4, atol=1e-8):
+        return None
+    divisor = divisor[..., :1]                                           # (..., 1)
+    mean = x.mean(dim=-1, keepdim=True)
+    statistics = {"mean(x²)": x.pow(2).mean(dim=-1, keepdim=True), "mean(x)²": mean.pow(2),
+                  "mean(|x|)": x.abs().mean(dim=-1, keepdim=True), "mean(|x|)²": x.abs().mean(dim=-1, keepdim=True).pow(2),
+                  "var(x)": x.var(dim=-1, keepdim=True, unbiased=False), "sum(x²)": x.pow(2).sum(dim=-1, keepdim=True)}
+    forms = {"sqrt({} + eps)": lambda s: (s + eps).sqrt(), "sqrt({}) + eps": lambda s: s.sqrt() + eps,
+             "sqrt({})": lambda s: s.sqrt(), "{} + eps": lambda s: s + eps, "{}": lambda s: s}
+    for name, statistic in statistics.items():
+        for form, apply in forms.items():
+            if allclose(divisor, apply(statistic), rtol=1e-4, atol=1e-8):
+                said = form.format(name)
+                if said == "sqrt(mean(x²) + eps)":
+                    return None
+                why = {"mean(x)²": " You squared the mean; RMSNorm takes the mean of the squares, mean(x²) = "
+                                   "x.pow(2).mean(dim=-1, keepdim=True), then adds eps and takes the root."}.get(name, "")
+                return f"you divided γ ⊙ x by {said}; RMSNorm divides by sqrt(mean(x²) + eps).{why}"
+    rms = (x.pow(2).mean(dim=-1, keepdim=True) + eps).sqrt()
+    first = tuple((~tensor_isclose(divisor, rms, rtol=1e-4, atol=1e-8)).nonzero()[0].tolist()[:-1])
+    return (f"you divided γ ⊙ x by one number per position, but not by sqrt(mean(x²) + eps): at position {first} "
+            f"you divided by {divisor[first].item():.5g}, where sqrt(mean(x²) + eps) = {rms[first].item():.5g}")
+
+
 def _check_rms_norm(rms_norm) -> None:
     if not hasattr(nn, "RMSNorm"):
         print(f"torch {torch.__version__} has no nn.RMSNorm (it came in torch 2.4): checking against the formula")
@@ -52,6 +84,7 @@ def _check_rms_norm(rms_norm) -> None:
     shape = tuple(int(n) for n in torch.randint(1, 6, (int(torch.randint(1, 4, (), generator=fresh)),),
                                                 generator=fresh)) + (int(torch.randint(2, 12, (), generator=fresh)),)
     cases = [(x, weight, 1e-6), (x, weight, 0.5),                          # a large ε shows where it goes
+             (x[:1, :1, :6] - 1.0, weight[:6], 1e-6),                     # leading dimensions of size 1
              (torch.randn(shape, generator=fresh) * 2 + 1, torch.randn(shape[-1], generator=fresh),
               float(torch.rand((), generator=fresh)))]
     for x, weight, eps in cases:
@@ -116,6 +149,9 @@ def _check_rms_norm(rms_norm) -> None:
             assert not allclose(result, wrong, atol=1e-5, rtol=1e-4) or wrong.shape != result.shape, message
         name_difference(result, expected, f"rms_norm(x of shape {tuple(x.shape)}, eps={eps:.3g}): ",
                         "; γ ⊙ x / sqrt(mean(x²) + eps), the mean over the last dimension")
+        story = _divisor_story(result, x, weight, eps)
+        if story:
+            raise AssertionError(f"rms_norm(x of shape {tuple(x.shape)}, eps={eps:.3g}): {story}")
         assert_close(result, expected, atol=1e-5, rtol=1e-4, msg=lambda m: (
             f"rms_norm differs from nn.RMSNorm(D, eps={eps}) with the same weight: γ ⊙ x / sqrt(mean(x²) + eps), "
             f"the mean over the last dimension, with keepdim=True: {m}"))
@@ -132,6 +168,7 @@ def check_rms_norm(your_function) -> None:
 def _check_pre_ln_residual(pre_ln_residual) -> None:
     fresh = fresh_generator()
     for B, L, D, generator in ((2, 5, 16, torch.Generator().manual_seed(6)),
+                               (1, 1, 8, torch.Generator().manual_seed(7)),          # one sentence of one position
                                (*(int(torch.randint(1, high, (), generator=fresh)) for high in (4, 7)),
                                 int(torch.randint(4, 20, (), generator=fresh)), fresh)):
         _check_pre_ln_with(pre_ln_residual, B, L, D, generator)

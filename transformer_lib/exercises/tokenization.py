@@ -23,9 +23,38 @@ def _random_texts(rng) -> list[str]:
     return [" ".join(rng.choice(words) for _ in range(rng.randint(1, 7))) for _ in range(rng.randint(3, 6))]
 
 
+_SPACED = ["the  cat\tchased\na dog ", "\ta dog  will   rest"]   # runs of spaces, tabs, newlines, edges
+
+
 def _check_word_tokenizer(tokenizer_class) -> None:
     _check_tokenizer_on(tokenizer_class, _TRAIN, "the kitten chased a fox")
+    _check_whitespace(tokenizer_class)
     _check_tokenizer_on(tokenizer_class, _random_texts(fresh_random()), None)
+
+
+def _check_whitespace(tokenizer_class) -> None:
+    """The statement splits on whitespace (text.split()): several spaces, a tab or a newline separate words too."""
+    tokenizer = call(tokenizer_class, list(_SPACED), on=f"building {tokenizer_class.__name__}(texts) from texts with "
+                     f"several spaces in a row, tabs and newlines {_SPACED}")
+    words = sorted({word for text in _SPACED for word in text.split()})
+    by_space = sorted({word for text in _SPACED for word in text.split(" ")})          # the split(" ") slip
+    for text in _SPACED + ["dog\tthe\n\ncat  rest"]:
+        ids = call(tokenizer.encode, text, on=f"encoding {text!r}")
+        expected = [words.index(word) + 1 for word in text.split()]
+        if ids == expected:
+            continue
+        if any(ids == [vocabulary.index(word) + 1 if word in vocabulary else 0 for word in text.split(" ")]
+               for vocabulary in (by_space, words)):
+            raise AssertionError(f"encode({text!r}) gave {ids}, expected {expected}: you split on ' ' (split(' ')), "
+                                 "which keeps an empty word '' between two spaces and does not split at a tab or a "
+                                 "newline; split on any whitespace, text.split() with no argument")
+        raise AssertionError(f"encode({text!r}) gave {ids}, expected {expected}: words are separated by any "
+                             "whitespace, several spaces, tabs and newlines included (text.split())")
+    text = _SPACED[0]
+    expected = [words.index(word) + 1 for word in text.split()]
+    decoded = call(tokenizer.decode, expected, on=f"decoding {expected}, the ids of {text!r}")
+    assert decoded == " ".join(text.split()), (f"decode({expected}) gave {decoded!r}, expected "
+                                               f"{' '.join(text.split())!r}: the words joined by single spaces")
 
 
 def _check_tokenizer_on(tokenizer_class, train: list[str], unknown_text: str | None) -> None:
@@ -103,6 +132,9 @@ _PIECES = [
     ([], ""),
     (["▁a", "▁", "▁b"], "a  b"),                        # a lone ▁ is a space of its own
     (["mir", "ojn", "▁la"], "mirojn la"),               # no ▁ in front: nothing to drop at the start
+    (["▁", "▁la"], " la"),                              # a lone ▁ first: its space is dropped, the next one kept
+    (["▁la", "▁"], "la "),                              # a lone ▁ last: a trailing space
+    (["▁", "▁"], " "),
 ]
 
 

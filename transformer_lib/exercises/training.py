@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_lib.exercises import Refuse, call, fresh_random, run_checker
-from transformer_lib.exercises.explain import name_difference, regime, where_wrong
+from transformer_lib.exercises.explain import is_number, name_difference, number_expected, regime, what_it_is, where_wrong
 from transformer_lib.training import LabelSmoothingLoss, cooldown_factor, noam_lr
 from transformer_lib.exercises.guards import allclose, assert_close, isclose
 
@@ -130,9 +130,15 @@ def check_label_smoothing(your_function) -> None:
             if pad != 0 and _close(got, F.cross_entropy(logits.double(), target, ignore_index=0, label_smoothing=eps)):
                 raise AssertionError(f"with pad_id={pad} you left out the positions whose target is 0: compare with "
                                      "the pad_id argument, target != pad_id, not with a fixed 0")
-            for message, wrong in _smoothed_variants(logits.double(), target, eps, pad).items():
+            variants = _smoothed_variants(logits.double(), target, eps, pad)
+            for message, wrong in variants.items():
                 if _close(got, wrong) and not _close(wrong, expected):
                     raise AssertionError(f"ε = {eps}: {message}")
+            for message, wrong in {"": expected, **variants}.items():
+                if _close(-got, wrong) and not _close(wrong, -expected):
+                    raise AssertionError(f"for {what}, ε = {eps}: your loss is {float(got):.5f}, the NEGATIVE of "
+                                         f"{float(-got):.5f}: the loss is −Σ q_i log p_i (log p ≤ 0, so the loss is "
+                                         "≥ 0); keep the minus sign" + (f". And besides: {message}" if message else ""))
             cases = _smoothing_cases()
             said = where_wrong([_right_on(fn, *case) for case in cases], cases, {
                 "with ε = 0": lambda c: c[2] == 0, "with ε > 0": lambda c: c[2] > 0,
@@ -192,17 +198,19 @@ def check_noam_lr(your_function) -> None:
         cases = [(d_model, warmup, step) for d_model, warmup in ((512, 4000), (128, 200), drawn)
                  for step in (1, 2, 10, warmup // 2, warmup - 1, warmup, warmup + 1, 4 * warmup)]
         cases.append((*drawn, rng.randint(1, 10 * drawn[1])))
-        got = {}
+        got, returned = {}, 0.0
         for d_model, warmup, step in cases:
             value = call(fn, step, d_model, warmup, on=f"step={step}, d_model={d_model}, warmup_steps={warmup}",
                          refuse=_NO_NOAM_LR,
                          hint=lambda e: ("eq. 3 counts steps from 1; step 1 must give d_model^-0.5 · warmup^-1.5 "
                                          "(did you use step - 1?)" if isinstance(e, ZeroDivisionError) else None))
             assert isinstance(value, (int, float)) or (torch.is_tensor(value) and value.numel() == 1), \
-                f"return a number, got {type(value).__name__}"
+                f"return a number, got {what_it_is(value)}"
             got[d_model, warmup, step] = float(value)
+            returned = value if is_number(returned) and not is_number(value) else returned   # the first non-number
         wrong_cases = [case for case in cases if not isclose(got[case], noam_lr(case[2], *case[:2]), rel_tol=1e-6)]
         if not wrong_cases:
+            number_expected(returned, "noam_rate has the right values")
             return
         for message in _noam_slips(1, 1, 1):                 # a slip explains the answer at every step
             if all(isclose(got[d, w, s], _noam_slips(s, d, w)[message], rel_tol=1e-6) for d, w, s in cases):
@@ -364,8 +372,9 @@ def check_cooldown(your_function) -> None:
             got = call(fn, step, progress, d_model, warmup, cooldown, on=f"step={step}, progress={progress}, "
                        f"d_model={d_model}, warmup_steps={warmup}, cooldown={cooldown}", refuse=_NO_COOLDOWN_FACTOR)
             assert isinstance(got, (int, float)) or (torch.is_tensor(got) and got.numel() == 1), \
-                f"return a number, got {type(got).__name__}"
+                f"return a number, got {what_it_is(got)}"
             if isclose(float(got), expected, rel_tol=1e-6, abs_tol=1e-12):
+                number_expected(got, f"cooled_rate has the right value at step={step}, progress={progress}")
                 continue
             where = f"step={step}, progress={progress}, cooldown={cooldown}"
             if isclose(float(got), noam * (1 - progress), rel_tol=1e-6, abs_tol=1e-12):
