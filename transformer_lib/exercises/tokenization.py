@@ -1,8 +1,8 @@
 """Checkers for the exercises of notebook 01 (tokenization).
 
 Hand-written, not exported: see `transformer_lib.exercises`. The checkers run the learner's code on
-sentences of the course corpus and compare it with what a word-level tokenizer and the `Metaspace`
-decoder of `transformer_lib.tokenization` must give.
+short sentences like the course corpus's (some with capitals and odd spacing) and compare it with
+what a word-level tokenizer and the `Metaspace` decoder of `transformer_lib.tokenization` must give.
 """
 from tokenizers import Tokenizer, decoders
 
