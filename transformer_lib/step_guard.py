@@ -4,10 +4,10 @@
 __all__ = ['StepGuard']
 
 # %% ../notebooks/11_training.ipynb #5c4ed01f
-"""What a Trainer step keeps on the device so that it never waits for it, and the guard that skips every
-update from the first one whose loss or gradient norm is not finite, or whose targets are outside the
-vocabulary; with fp16 a gradient norm that is not finite is the GradScaler's overflow, and only that
-update is skipped (notebook 11, §5)."""
+"""What a Trainer step keeps on the device so that, with fused Adam, it never waits for it, and the
+guard that skips every update from the first one whose loss or gradient norm is not finite, or whose
+targets are outside the vocabulary; with fp16 a gradient norm that is not finite is the GradScaler's
+overflow, and only that update is skipped (notebook 11, §5)."""
 import math
 
 import torch
@@ -94,11 +94,13 @@ def _empty_window() -> dict:
 
 
 class StepGuard:
-    """What a Trainer step keeps on the device so that it never waits for it: the sums for the log,
-    the last loss and gradient norm, and the guard that skips every update from the first one whose
-    loss or gradient norm is not finite, or whose targets are outside the vocabulary (with fp16 a
-    gradient norm that is not finite is the GradScaler's overflow: only that update is skipped). The
-    host reads them only at log steps, checkpoints and the end of training (`window`, `raise_on_fault`)."""
+    """What a Trainer step keeps on the device so that, with fused Adam, it never waits for it: the sums
+    for the log, the last loss and gradient norm, and the guard that skips every update from the first
+    one whose loss or gradient norm is not finite, or whose targets are outside the vocabulary (with
+    fp16 a gradient norm that is not finite is the GradScaler's overflow: only that update is skipped).
+    The host reads them only at log steps, checkpoints and the end of training (`window`,
+    `raise_on_fault`); an optimizer without fused Adam's `found_inf` makes `optimizer_step` read the
+    skip flag at every update."""
 
     def __init__(self, device: torch.device, grad_clip: float | None, scaler):
         self.device, self.grad_clip, self.scaler = device, grad_clip, scaler

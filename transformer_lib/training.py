@@ -107,7 +107,8 @@ def _train_step(self, batches: list) -> Tensor:
     """Trainer.train_step: one optimizer update from `batches`, its micro-batches (already on the
     device): forward under autocast (if on) and backward of loss / len(batches) for each, so that
     `.grad` holds the mean of their gradients; then clip and step the optimizer, unless the guard skips
-    the update. Returns the mean of their losses, a tensor on the device: nothing here waits for it."""
+    the update. Returns the mean of their losses, a tensor on the device: with fused Adam nothing here
+    waits for it (another optimizer makes the guard read its skip flag from the device)."""
     self.model.train()
     self.optimizer.zero_grad(set_to_none=True)
     k, losses, checks = len(batches), [], []
