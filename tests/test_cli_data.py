@@ -129,7 +129,8 @@ def test_resume_on_other_data_is_refused_and_writes_nothing(files_run, tmp_path,
 
 
 def test_resume_with_the_same_data_moved_elsewhere(files_run, tmp_path):
-    """Where the files lie is not compared: the fingerprints of the pairs decide."""
+    """Where the files lie is not compared: the fingerprints of the pairs decide, and the run then records
+    where they are now (issue 32), which its checkpoints need not carry (they agree on all else)."""
     run = tmp_path / "run"
     shutil.copytree(files_run, run)
     src, tgt = write_files(tmp_path, PAIRS, "moved")
@@ -137,8 +138,7 @@ def test_resume_with_the_same_data_moved_elsewhere(files_run, tmp_path):
                    "--split-seed", "7", "--max-steps", "3")
     assert result.returncode == 0, result.stderr
     assert "resuming" in result.stderr and json.loads(result.stdout)["steps"] == 3
-    # config.json keeps the source the run began with, so it and the checkpoints agree at every moment
-    assert recorded(run)["source"] == recorded(files_run)["source"]
+    assert recorded(run)["source"] == {**recorded(files_run)["source"], "train": [str(src), str(tgt)]}
     assert torch.load(run / "checkpoint.pt", weights_only=True)["extra"]["run"]["source"] == recorded(run)["source"]
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from transformer_lib import runs
+from transformer_lib import run_paths, runs
 from transformer_lib.model import TransformerConfig
 from transformer_lib.runs import RunError
 
@@ -85,7 +85,7 @@ def test_unwritable_folder_is_refused(tmp_path, monkeypatch):
     """As root every folder is writable, so the refusal is shown by a write that fails."""
     def refuse(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
-    monkeypatch.setattr(runs.tempfile, "mkstemp", refuse)
+    monkeypatch.setattr(run_paths.tempfile, "mkstemp", refuse)
     with pytest.raises(RunError, match=r"--run .*: cannot write in .* \(Permission denied\); choose a folder"):
         runs.check_writable(tmp_path / "run", "--run", folder=True)
 
@@ -316,7 +316,8 @@ def test_no_import_cycle_and_nothing_imports_the_command_line():
     assert "torch" not in loaded.stdout and "'transformer_lib.model'" not in loaded.stdout
     assert set(eval(loaded.stdout)) == {"transformer_lib", "transformer_lib.course", "transformer_lib.runs",
                                         "transformer_lib.run_config", "transformer_lib.run_lock",
-                                        "transformer_lib.settings", "transformer_lib.files"}
+                                        "transformer_lib.settings", "transformer_lib.files",
+                                        "transformer_lib.run_paths"}
 
 
 def test_a_run_being_trained_without_a_checkpoint_yet(tmp_path):

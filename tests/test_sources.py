@@ -98,7 +98,7 @@ def test_compression_that_cannot_be_read(tmp_path, data, message):
     ("\u200b\u200c \u200b", r"line 2: only invisible characters \(U\+200B, U\+200C\)"),
     ("\u3000\t", r"line 2: empty line"),
     ("\ufeffEin Mann liest.", r"line 2: starts with a byte-order mark \(U\+FEFF\), as `cat a b` leaves"),
-    ("Ein Mann\u2028liest.", r"line 2, column 9: a control character \(U\+2028\)"),
+    ("Ein Mann\u2028liest.", r"line 2, column 9: a line separator \(U\+2028\)"),
 ], ids=["nul", "escape", "c1_next_line", "zero_width_only", "ideographic_space", "bom_mid_file", "line_separator"])
 def test_what_no_sentence_holds_is_named_with_line_and_column(tmp_path, line, message):
     with pytest.raises(ValueError, match=r"a\.de, " + message):

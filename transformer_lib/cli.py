@@ -28,6 +28,7 @@ from transformer_lib.settings import (INT_LIMIT, TrainSettings, add_setting, che
 # the arguments: a mistyped option is answered at once instead of after torch's seconds of import.
 
 
+ATTENTION_MAX_TOKENS = 150    # the most tokens a side of `translate --attention` draws (30 px a token)
 positive_int = checked_number({"kind": int, "ok": lambda v: 0 < v <= INT_LIMIT,
                                "wanted": f"a positive integer (at most {INT_LIMIT})"})
 nonnegative_float = checked_number({"kind": float, "ok": lambda v: v >= 0, "wanted": "a finite number >= 0"})
@@ -112,12 +113,28 @@ def _load_for_decoding(args):
     return (compile_for_decoding(model) if args.compile else model), folder.tokenizer, folder.meta
 
 
-def _check_source_lengths(tokenizer, sentences: list[str], labels: list[str], max_len: int) -> None:
-    """RunError if a source has more tokens than the model's positional table holds."""
+def _check_source_lengths(tokenizer, sentences: list[str], labels: list[str], max_len: int,
+                          why: str = "this model reads at most max_len={limit}; split it into shorter sentences") -> None:
+    """RunError if a source has more tokens than the model's positional table holds (or than `why` allows)."""
     for label, ids in zip(labels, tokenizer.encode_batch(sentences, unknown="replace")):
         if len(ids) > max_len:
-            raise RunError(f"{label} has {len(ids)} tokens (with <s> and </s>), but this model reads at most "
-                           f"max_len={max_len}; split it into shorter sentences")
+            raise RunError(f"{label} has {len(ids)} tokens (with <s> and </s>), but {why.format(limit=max_len)}")
+
+
+def _within_max_len(tokenizer, pairs: list, max_len: int, split: str) -> tuple[list, int]:
+    """The pairs whose source the model can read (at most max_len tokens with <s> and </s>, as training kept),
+    and how many were left out, said on stderr with the first one's number."""
+    lengths = [len(ids) for ids in tokenizer.encode_batch([s for s, _ in pairs], unknown="replace")]
+    long = [i for i, n in enumerate(lengths) if n > max_len]
+    if not long:
+        return pairs, 0
+    if len(long) == len(pairs):
+        raise RunError(f"every sentence of {split} has more than the {max_len} tokens this model reads (max_len, with "
+                       "<s> and </s>); score shorter sentences")
+    print(f"note: {len(long)} of the {len(pairs)} sentences of {split} are longer than the {max_len} tokens this model "
+          f"reads (max_len, with <s> and </s>; training dropped such pairs too), the first is sentence {long[0] + 1} "
+          f"(counting from 1); the scores are of the other {len(pairs) - len(long)}", file=sys.stderr)
+    return [pair for i, pair in enumerate(pairs) if lengths[i] <= max_len], len(long)
 
 
 def _input_lines(args) -> tuple[list[str], list[str]]:
@@ -186,11 +203,18 @@ def translate_command(args) -> list[str]:
     outputs = [""] * len(lines)
     if args.attention is not None:
         from transformer_lib.attention_map import draw_attention_map, translate_with_attention
+        _check_source_lengths(tokenizer, [lines[i] for i in keep], [labels[i] for i in keep], ATTENTION_MAX_TOKENS,
+                              "an attention map draws at most {limit} (one cell a token: a larger PNG is more than most "
+                              "viewers open); translate it without --attention, or split it")
         paths = _attention_paths(args, meta, len(lines), keep)
         for i, path in paths.items():
             path.parent.mkdir(parents=True, exist_ok=True)         # the folder of --attention FOLDER
             result = translate_with_attention(model, tokenizer, lines[i], beam_size=args.beam, alpha=args.alpha,
                                               layer=args.attention_layer, head=args.attention_head)
+            if len(result.out_tokens) > ATTENTION_MAX_TOKENS:
+                raise RunError(f"the translation of {labels[i]} has {len(result.out_tokens)} tokens, but an attention "
+                               f"map draws at most {ATTENTION_MAX_TOKENS}; translate it without --attention, or split "
+                               "it into shorter sentences")
             draw_attention_map(result, path)
             outputs[i] = result.translation
         return outputs
@@ -211,13 +235,12 @@ def evaluate_command(args) -> dict:
     model, tokenizer, meta = _load_for_decoding(args)
     pairs = evaluation_pairs(args.run, meta, args.split, args.data_dir, args.data)[:args.limit]
     args.split = args.split if args.data is None else args.data
-    _check_source_lengths(tokenizer, [s for s, _ in pairs], [f"sentence {i} of {args.split}" for i in
-                                                             range(1, len(pairs) + 1)], meta["model"]["max_len"])
+    pairs, skipped = _within_max_len(tokenizer, pairs, meta["model"]["max_len"], args.split)
     start = time.perf_counter()
     hypotheses = translate(model, tokenizer, [s for s, _ in pairs], beam_size=args.beam, alpha=args.alpha)
     metrics = score_translations(hypotheses, [t for _, t in pairs])
     metrics.update(split=args.split, sentences=len(pairs), beam=args.beam,
-                   decode_seconds=round(time.perf_counter() - start, 1))
+                   decode_seconds=round(time.perf_counter() - start, 1), **({"skipped": skipped} if skipped else {}))
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         runs.write_json(args.output, {"metrics": metrics, "translations": [
@@ -240,6 +263,17 @@ def _write_stdout(text: str) -> None:
         sys.stdout.buffer.flush()
     else:               # a notebook's stdout has no byte layer
         sys.stdout.write(text)
+
+
+def _with_run(argv: list[str], run: Path) -> list[str]:
+    """`argv` with its --run folder replaced by `run` (where a folder moved while training now is)."""
+    argv = list(argv)
+    for i, arg in enumerate(argv):
+        if arg == "--run" and i + 1 < len(argv) and Path(argv[i + 1]) != Path(run):
+            argv[i + 1] = str(run)
+        elif arg.startswith("--run=") and Path(arg[6:]) != Path(run):
+            argv[i] = f"--run={run}"
+    return argv
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -265,8 +299,9 @@ def main(argv: list[str] | None = None) -> int:
             _write_stdout(output)
     except KeyboardInterrupt as stop:
         if _is_main_process():
-            again = shlex.join(["python", "-m", "transformer_lib", *argv])
-            print(stop.message(args.run, again) if hasattr(stop, "message") else "interrupted; nothing was written",
+            run = getattr(stop, "run", None) or args.run        # where the folder is now, if it was moved
+            again = shlex.join(["python", "-m", "transformer_lib", *_with_run(argv, run)])
+            print(stop.message(run, again) if hasattr(stop, "message") else "interrupted; nothing was written",
                   file=sys.stderr)
         return 128 + getattr(stop, "signum", signal.SIGINT)
     except (RunError, ValueError, TypeError, OSError, FloatingPointError, RuntimeError, MemoryError) as error:

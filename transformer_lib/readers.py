@@ -134,6 +134,9 @@ def _open_text_bytes(path: Path):
         head, stream = _peek(file)
         found = next((name for magic, name in _MAGIC if head.startswith(magic)), None)
         named = _SUFFIXES.get(path.suffix.lower())
+        if found == "zip" and _office_file(path):
+            raise ValueError(f"{path}: {_office_file(path)}, not text; save it as CSV (UTF-8) or as text, one "
+                             "sentence a line, and read that file")
         if found in _BY_HAND:
             raise ValueError(f"{path}: {found}-compressed data, which this reader does not unpack; "
                              + _BY_HAND[found].format(path=path))
@@ -151,6 +154,20 @@ def _open_text_bytes(path: Path):
     except BaseException:
         file.close()
         raise
+
+
+# %% ../notebooks/10_data_pipeline.ipynb #8e3f5a21
+def _office_file(path: Path) -> str | None:
+    """What office file a zip archive is (a workbook or a document), or None."""
+    import zipfile
+    try:
+        with zipfile.ZipFile(path) as archive:
+            inside = set(archive.namelist())
+    except (zipfile.BadZipFile, OSError):
+        return None
+    kinds = {"xl/workbook.xml": "an Excel workbook (.xlsx)", "word/document.xml": "a Word document (.docx)",
+             "content.xml": "an OpenDocument file (.ods, .odt)"}
+    return next((what for member, what in kinds.items() if member in inside), None)
 
 
 def _decompressor(path: Path, kind: str, stream):
@@ -208,6 +225,8 @@ def _check_encoding(path: Path, head: bytes) -> None:
         if head.startswith(bom):
             raise ValueError(f"{path}: {name} text (it starts with a {name} byte-order mark), not UTF-8; "
                              f"convert it with {convert.format(name)}")
+    if head and not head.strip(b"\0"):
+        raise ValueError(f"{path}: only NUL bytes, no text: an unfinished download or copy; get it again")
     sample = head[:4096 - 4096 % 4]
     if len(sample) < 4 or sample.count(0) < len(sample) // 4:
         return
@@ -249,11 +268,11 @@ def _refuse_text(text: str, where: str, in_table: bool) -> None:
         if char == "\ufeff" and column == 1:
             raise ValueError(f"{where}: starts with a byte-order mark (U+FEFF), as `cat a b` leaves where the second "
                              "file began; remove it, e.g. `sed -i '1!s/^\\xEF\\xBB\\xBF//' FILE`")
-        name = {"\x00": "a NUL byte", "\r": "a carriage return (\\r) that ends no line",
-                "\ufeff": "a byte-order mark"}.get(char, "a control character")
+        name = {"\x00": "a NUL byte", "\r": "a carriage return (\\r) that ends no line", "\ufeff": "a byte-order mark",
+                "\u2028": "a line separator", "\u2029": "a paragraph separator"}.get(char, "a control character")
+        utf8 = "".join(f"\\x{b:02X}" for b in char.encode("utf-8"))
         raise ValueError(f"{where}, {'character' if in_table else 'column'} {column}: {name} (U+{ord(char):04X}) "
-                         "inside the text; a sentence holds none: remove it (`tr -d` or an editor), or find out which "
-                         "tool wrote it")
+                         f"inside the text; replace it with a space, e.g. `sed 's/{utf8}/ /g' FILE > FIXED`")
     else:
         seen = sorted({f"U+{ord(c):04X}" for c in text if not c.isspace()})
         what = f"only invisible characters ({', '.join(seen)})" if seen else ["empty line", "an empty text"][in_table]
@@ -322,21 +341,31 @@ def read_table(path: str | os.PathLike, delimiter: str = "\t", quoted: bool = Fa
                     continue
             where = f"{path}, line {first_line}"
             if len(row) != width:
-                raise ValueError(f"{where}: {len(row)} fields where line 1 has {width}; " + (
-                    "a quote that opens a field but never closes?" if quoted else
-                    "a sentence or its delimiter missing on that line?" if len(row) < width else
-                    "a delimiter inside a sentence? quote such fields and read the file as CSV "
-                    "(read_table(quoted=True); on the command line csv:FILE with --delimiter set to it)"))
+                raise ValueError(f"{where}: {len(row)} fields where line 1 has {width}; "
+                                 + _width_hint(len(row) < width, delimiter, quoted))
             pairs.append(tuple(_checked_text(row[i], path, first_line, label) for i, label in columns))
             first_line = rows.line_num + 1
     except csv.Error as error:
-        hint = "check the quotes of that row" if quoted else "a carriage return inside a sentence?"
+        hint = "a quote that never closes? check the quotes" if quoted else "a carriage return in a sentence?"
         raise ValueError(f"{path}, line {first_line}: not a well-formed row ({error}); {hint}") from None
     if not pairs:
         raise ValueError(f"{path}: no rows{' after the header' if header else ''}; it must hold one pair a row")
     return pairs
 
 # %% ../notebooks/10_data_pipeline.ipynb #5e30d990
+_DELIMITER_NAMES = {",": "comma", ";": "semicolon", "\t": "tab", "|": "pipe"}     # for messages
+
+
+def _width_hint(fewer: bool, delimiter: str, quoted: bool) -> str:
+    """What a row with fewer (or more) fields than line 1 most likely means, and its fix."""
+    name = _DELIMITER_NAMES.get(delimiter, repr(delimiter))
+    if fewer:
+        return f"a sentence or its delimiter missing on that line, or a {name} inside a sentence of line 1?"
+    if quoted:
+        return f"a {name} inside a sentence that is not in quotes? put such sentences in double quotes"
+    return f"a delimiter inside a sentence? quote such fields and read the file as CSV (csv:FILE --delimiter {name})"
+
+
 def _table_columns(path: Path, names: list[str] | None, width: int, *wanted: int | str) -> list[tuple[int, str]]:
     """(index, label) of the source and target columns; ValueError naming a column the table does not have."""
     found = []
@@ -412,7 +441,8 @@ def _check_hf_dataset(dataset, src_lang, tgt_lang, src_column, tgt_column) -> li
         if first.get(src_lang) is None or first.get(tgt_lang) is None:
             present = sorted(lang for lang, text in first.items() if text is not None)
             raise ValueError(f"row 0 of the 'translation' column has languages {present}, "
-                             f"not both {src_lang!r} and {tgt_lang!r}")
+                             f"not both {src_lang!r} and {tgt_lang!r}: choose two of {present} as the source and "
+                             "target languages (--src-lang and --tgt-lang on the command line)")
         return [("translation", src_lang), ("translation", tgt_lang)]
     wanted = [src_column or src_lang, tgt_column or tgt_lang]
     missing = [column for column in wanted if column not in columns]
@@ -426,16 +456,18 @@ def _check_hf_dataset(dataset, src_lang, tgt_lang, src_column, tgt_column) -> li
 
 # %% ../notebooks/10_data_pipeline.ipynb #64a0fd78
 def _checked_hf_pair(number: int, pair: tuple, fields: list[tuple[str, str | None]]) -> tuple[str, str]:
-    """TypeError (not a str) or ValueError (None, empty) naming the row and field without a sentence."""
+    """TypeError (not a str) or ValueError (None, empty) naming the row (counted from 0, as `dataset[i]`) and
+    field without a sentence."""
     names = [f"[{column!r}][{lang!r}]" if lang else f"[{column!r}]" for column, lang in fields]
     for field, text in zip(names, pair):
         if text is not None and not isinstance(text, str):
             raise TypeError(f"row {number}, field row{field}: a value of type {type(text).__name__} ({text!r}), "
-                            "not a text; read the dataset's text columns, or convert them first with dataset.map")
+                            "not a text (rows counted from 0); read the dataset's text columns, or convert them "
+                            "first with dataset.map")
         if text is None or not text.strip():
             keep = ", ".join(f"row{f}" for f in names)
             problem = "no text (None)" if text is None else "an empty text"
-            raise ValueError(f"row {number}, field row{field}: {problem}; every row needs a sentence in both "
-                             f"languages: drop such rows first, e.g. dataset = dataset.filter(lambda row: "
-                             f"all((text or '').strip() for text in ({keep})))")
+            raise ValueError(f"row {number}, field row{field}: {problem} (rows counted from 0); every row needs a "
+                             f"sentence in both languages: drop such rows first, e.g. dataset = dataset.filter("
+                             f"lambda row: all((text or '').strip() for text in ({keep})))")
     return pair

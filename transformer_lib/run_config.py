@@ -275,7 +275,8 @@ def evaluation_pairs(run: Path, meta: dict, split: str, data_dir: Path | None = 
     import dataclasses
 
     from transformer_lib.data import MULTI30K_SPLITS, load_pairs
-    from transformer_lib.sources import NAMED_SPLITS, fingerprint_pairs, parse_data_spec, read_source
+    from transformer_lib.data_files import read_checked
+    from transformer_lib.sources import NAMED_SPLITS, fingerprint_pairs, parse_data_spec
     source = recorded_source(meta)
     if data is not None:
         if data_dir is not None:
@@ -288,7 +289,7 @@ def evaluation_pairs(run: Path, meta: dict, split: str, data_dir: Path | None = 
         elif split != "test":
             raise RunError(f"--split {split} names a split of the run's own data; with --data {data} all its pairs "
                            "are scored: leave --split out")
-        return read_source(parse_data_spec(data, valid_fraction=0, test_fraction=0, **table, **langs)).train
+        return read_checked(parse_data_spec(data, valid_fraction=0, test_fraction=0, **table, **langs)).train
     check_data_dir(source.kind, data_dir)
     if data_dir is not None:
         source = dataclasses.replace(source, data_dir=str(data_dir))
@@ -296,11 +297,14 @@ def evaluation_pairs(run: Path, meta: dict, split: str, data_dir: Path | None = 
     if split not in own:
         raise RunError(f"--split {split}: the run's data ({source.kind}) has the splits {', '.join(own)}; or give "
                        "other pairs with --data")
-    if source.kind in ("builtin", "multi30k"):      # their own files: read that split only
-        pairs = load_pairs(source.kind, NAMED_SPLITS[source.kind].get(split, split), source.src_lang,
-                           source.tgt_lang, source.data_dir)
-    else:
-        pairs = getattr(read_source(source), split)
+    try:
+        if source.kind in ("builtin", "multi30k"):      # their own files: read that split only
+            pairs = load_pairs(source.kind, NAMED_SPLITS[source.kind].get(split, split), source.src_lang,
+                               source.tgt_lang, source.data_dir)
+        else:
+            pairs = getattr(read_checked(source), split)
+    except FileNotFoundError as error:
+        raise RunError(_data_gone(source, split, error)) from None
     recorded = meta.get("fingerprints", {}).get(f"{split}_pairs")
     if recorded is not None and fingerprint_pairs(pairs) != recorded:
         raise RunError(f"the {SPLIT_NAMES.get(split, split)} pairs of the run's data ({len(pairs)} pairs) are not "
@@ -310,3 +314,18 @@ def evaluation_pairs(run: Path, meta: dict, split: str, data_dir: Path | None = 
         raise RunError(f"--split {split}: the run's data has no {SPLIT_NAMES.get(split, split)} pairs (none given, "
                        "none carved); give the pairs to score with --data")
     return pairs
+
+
+def _data_gone(source, split: str, error: BaseException) -> str:
+    """Why the run's own `split` cannot be read (a file it was trained on is gone), and what to give instead."""
+    if source.kind == "multi30k":
+        return (f"{one_line(error)}; give the folder that now holds Multi30k's files with --data-dir FOLDER, or other "
+                "pairs to score with --data")
+    where = getattr(source, split) or source.train
+    files = list(where) if isinstance(where, (list, tuple)) else [where]
+    relative = any(f is not None and not os.path.isabs(f) for f in files)
+    spec = {"files": "files:SRC,TGT", "tsv": "tsv:FILE", "csv": "csv:FILE"}.get(source.kind, "files:SRC,TGT")
+    return (f"{one_line(error)}: the run's {SPLIT_NAMES.get(split, split)} pairs are read from the files it was "
+            f"trained on ({', '.join(map(str, files))}), which are not there now"
+            + (" (recorded relative to the folder `train` ran in: run evaluate there)" if relative else "")
+            + f"; put them back, or give the pairs to score with --data {spec}")

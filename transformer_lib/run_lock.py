@@ -8,7 +8,7 @@ only tells others the holder's process id. So a symbolic link named train.lock i
 import os
 from pathlib import Path
 
-from transformer_lib.files import write_atomic
+from transformer_lib.files import write_atomic_in
 from transformer_lib.run_config import RunError
 
 LOCK = "train.lock"
@@ -36,9 +36,11 @@ def _open_target(run: Path) -> int:
     return os.open(run, os.O_RDONLY | os.O_DIRECTORY)
 
 
-def _read_pid(run: Path) -> str:
+def _read_pid(run: Path, folder_fd: int | None = None) -> str:
+    """The pid in train.lock (read through the open folder `folder_fd` when given), or "unknown"."""
+    at = {"dir_fd": folder_fd} if folder_fd is not None else {}
     try:
-        fd = os.open(run / LOCK, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(LOCK if at else run / LOCK, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0), **at)
     except OSError:
         return "unknown"
     try:
@@ -59,15 +61,17 @@ def lock_holder(run: Path) -> str | None:
         os.close(fd)
 
 
-def _write_pid(path: Path) -> None:
-    """This process's id into `path`, by renaming a new file onto it: a link there is replaced, not followed."""
-    write_atomic(path, lambda tmp: tmp.write_text(str(os.getpid()), encoding="ascii"))
+def _write_pid(run: Path, folder_fd: int) -> None:
+    """This process's id into train.lock, by renaming a new file onto it: a link there is replaced, not followed."""
+    write_atomic_in(folder_fd if os.name != "nt" else None, LOCK if os.name != "nt" else run / LOCK,
+                    lambda f: f.write(str(os.getpid()).encode("ascii")))
 
 
 class TrainLock:
     """An exclusive lock on a run folder for one `train`: a second one is refused with the holder's
     pid. Creates the folder if needed; on exit removes train.lock, and the folders it created if
-    they are still empty (a refused train leaves nothing behind)."""
+    they are still empty (a refused train leaves nothing behind). `fd` is the open folder (POSIX):
+    the run folder writes through it, so a folder moved while it is locked is written where it is."""
 
     def __init__(self, run: Path):
         self.run, self.path, self.fd, self.created = Path(run), Path(run) / LOCK, None, []
@@ -84,7 +88,7 @@ class TrainLock:
                 raise RunError(f"another train (pid {_read_pid(self.run)}) is writing {self.run}, so it is left to "
                                "that one; wait for it to end (or stop it), or train into another --run folder")
             self.fd = fd
-            _write_pid(self.path)
+            _write_pid(self.run, fd)
         except BaseException:
             self.__exit__()
             raise
@@ -93,8 +97,11 @@ class TrainLock:
     def __exit__(self, *exc) -> None:
         if self.fd is not None:
             try:
-                if self.path.is_file() and not self.path.is_symlink() and _read_pid(self.run) == str(os.getpid()):
-                    self.path.unlink()       # before unlocking: a waiter then finds no stale pid
+                if _read_pid(self.run, self.fd) == str(os.getpid()):     # through the folder, wherever it is now
+                    if os.name == "nt":
+                        self.path.unlink()
+                    else:
+                        os.unlink(LOCK, dir_fd=self.fd)    # before unlocking: a waiter then finds no stale pid
             except OSError:
                 pass                         # a folder made read-only: the pid stays, the lock goes
             os.close(self.fd)

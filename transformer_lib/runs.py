@@ -19,139 +19,19 @@ disagrees. Every file is written atomically (a new temporary file, flushed, rena
 train.lock nor a deleted train.lock can defeat. A problem the user can fix raises `RunError`.
 """
 import contextlib
-import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 
 from transformer_lib.run_config import (AMP_DTYPES, CONFIG, DEFAULT_LANGS, FORMAT, OPTION_OF_FIELD,  # noqa: F401
                                         RunError, check_same_data, check_same_run, new_config, one_line, read_config)
-from transformer_lib.files import fingerprint_pairs, write_atomic  # noqa: F401  (runs.write_atomic, as before)
-from transformer_lib.run_lock import LOCK, TrainLock, lock_holder
+from transformer_lib.files import (fingerprint_bytes, fingerprint_pairs, fingerprint_tokenizer,  # noqa: F401
+                                   write_atomic, write_atomic_in, write_json)
+from transformer_lib.run_lock import LOCK, TrainLock, lock_holder  # noqa: F401
+from transformer_lib.run_paths import (CHECKPOINT, HISTORY, RUN_FILES, TOKENIZER, check_new_run_folder,  # noqa: F401
+                                       check_not_a_run_file, check_output_file, check_path_text, check_readable_run,
+                                       check_writable, unreplaceable)
 from transformer_lib.settings import CHANGEABLE_ON_RESUME, CORPORA, SEED_LIMIT  # noqa: F401
-
-TOKENIZER, CHECKPOINT, HISTORY = "tokenizer.json", "checkpoint.pt", "history.json"
-RUN_FILES = (CONFIG, TOKENIZER, CHECKPOINT, HISTORY, LOCK)
-
-
-# --- paths ----------------------------------------------------------------------------------------
-
-def _nearest_existing(path: Path) -> Path:
-    for folder in (path, *path.parents):
-        if folder.exists():
-            return folder
-    return Path.cwd()
-
-
-def check_path_text(path: Path, option: str) -> None:
-    """RunError for a path holding bytes that are not UTF-8 (they reach Python as lone surrogates)."""
-    try:
-        str(path).encode("utf-8")
-    except UnicodeEncodeError:
-        raise RunError(f"{option} {os.fsencode(path)!r}: the path holds bytes that are not UTF-8; rename it, or "
-                       "give a path without them") from None
-
-
-def check_writable(path: Path, option: str, folder: bool) -> None:
-    """RunError unless this process can create or replace `path` (a folder if `folder`, else a
-    file): nothing in the way is a file (or, for a file, a folder), no link points nowhere, and the
-    nearest existing folder accepts a new file, tried by writing and removing one there."""
-    check_path_text(path, option)
-    if path.is_symlink() and not path.exists():
-        raise RunError(f"{option} {path} is a symbolic link to {os.readlink(path)}, which does not exist; create "
-                       "that folder, or give another path" if folder else
-                       f"{option} {path} is a symbolic link to {os.readlink(path)}, which does not exist; give "
-                       "another path")
-    if path.exists() and path.is_dir() != folder:
-        kind = "a file, not a folder" if folder else "a folder, not a file"
-        raise RunError(f"{option} {path} is {kind}; give a {'folder' if folder else 'file'} path")
-    existing = _nearest_existing(path if folder else path.parent)     # a file is replaced from its folder
-    if not existing.is_dir():
-        raise RunError(f"{option} {path}: {existing} is a file, so nothing can be created inside it; "
-                       "give a path under a folder")
-    try:
-        fd, probe = tempfile.mkstemp(dir=existing, prefix=".write-test-")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as error:
-        raise RunError(f"{option} {path}: cannot write in {existing} ({error.strerror or one_line(error)}); "
-                       "choose a folder you can write, or change its permissions") from None
-
-
-def check_output_file(path: Path, option: str) -> None:
-    """RunError, before any work, unless `path` can be written as an output file: not a link (which
-    would be replaced), not read-only or immutable (tried by opening it for appending), not a run file."""
-    check_writable(path, option, folder=False)
-    if path.is_symlink():
-        raise RunError(f"{option} {path} is a symbolic link (to {os.readlink(path)}), which would be replaced by a "
-                       "file; give the path of the file itself")
-    if path.exists():
-        try:
-            with open(path, "ab"):
-                pass
-        except OSError as error:
-            raise RunError(f"{option} {path} cannot be replaced ({error.strerror or one_line(error)}); make it "
-                           "writable or give another file") from None
-    check_not_a_run_file(path, option)
-
-
-def check_not_a_run_file(path: Path, option: str) -> None:
-    """RunError when `path` (an output file) is one of the files of the run folder it lies in."""
-    if path.name in RUN_FILES and (path.parent / CONFIG).is_file():
-        raise RunError(f"{option} {path} would overwrite the {path.name} of the run in {path.parent}; "
-                       "write the output to another file")
-
-
-def check_readable_run(run: Path) -> None:
-    """RunError unless `run` is a folder holding a run's config.json and checkpoint.pt as files."""
-    check_path_text(run, "--run")
-    if run.exists() and not run.is_dir():
-        raise RunError(f"--run {run} is a file, not a run folder; give the folder that `train` wrote")
-    for name in (CHECKPOINT, CONFIG):
-        if (run / name).exists() and not (run / name).is_file():
-            raise RunError(f"{run / name} is a folder, not the run's file; remove it and restore the file, or "
-                           "train into a new --run folder")
-        if not (run / name).is_file():
-            holder = lock_holder(run)
-            raise RunError(f"{run / name} is missing: " + (
-                f"a train (pid {holder}) is writing {run} and has saved no checkpoint yet; wait for its first one"
-                if holder else f"train first: python -m transformer_lib train --run {run} ..."))
-
-
-def check_new_run_folder(run: Path) -> None:
-    """A folder without config.json gets a new run only if it holds nothing but hidden files and the
-    leftovers of a `train` killed before it began (*.tmp, the lock): a run is never written over
-    other files, a tokenizer.json (another run's, or its own whose config.json is lost), or a
-    checkpoint whose config.json is lost."""
-    if run.is_dir():
-        others = sorted(p.name for p in run.iterdir() if not (p.name.startswith(".") or p.name == LOCK
-                                                              or p.name.endswith(".tmp")))
-        if others:
-            raise RunError(f"--run {run} is not a run folder (no {CONFIG}) and is not empty (it holds "
-                           f"{', '.join(others[:3])}{', ...' if len(others) > 3 else ''}); train into a new or "
-                           "empty folder, or delete what is left of a damaged run")
-
-
-# --- writing ----------------------------------------------------------------------------------------
-
-def write_json(path: Path, value) -> None:
-    """JSON, atomically; ValueError for NaN or infinity, which JSON cannot hold."""
-    text = json.dumps(value, indent=1, ensure_ascii=False, allow_nan=False)
-    write_atomic(path, lambda p: p.write_text(text, encoding="utf-8"))
-
-
-# --- fingerprints ----------------------------------------------------------------------------------
-
-def fingerprint_bytes(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
-def fingerprint_tokenizer(text: str) -> str:
-    """SHA-256 of what a tokenizer.json encodes (its JSON with sorted keys, no spacing), so that a
-    re-indented file keeps its fingerprint and a changed merge or token does not."""
-    return fingerprint_bytes(json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"),
-                                        ensure_ascii=False).encode("utf-8"))
 
 
 # --- reading and checking --------------------------------------------------------------------------
@@ -239,7 +119,8 @@ def check_identity(run: Path, meta: dict, checkpoint: dict) -> None:
               if own[part].get(key) != carried[part].get(key)]
     if own["fingerprints"] is not None and own["fingerprints"] != carried.get("fingerprints"):
         differ.append("the fingerprints of the tokenizer or the training data")
-    if "source" in own and "source" in carried and own["source"] != carried["source"]:
+    located = lambda source: {k: v for k, v in source.items() if k not in ("train", "valid", "test", "data_dir")}  # noqa
+    if "source" in own and "source" in carried and located(own["source"]) != located(carried["source"]):
         differ.append("where the data came from (\"source\")")     # compared where both record it
     if differ:
         raise RunError(f"{config_path} was edited: the weights in {path} do not fit it, they were trained with other "
@@ -296,13 +177,15 @@ class RunFolder:
     """A run folder on disk. `RunFolder(path)` reads nothing; `read()` reads and cross-checks its
     files (config.json, tokenizer.json, and checkpoint.pt if present); `load_model(device)` gives
     the trained model; `lock()` makes this process its one writer; `start`, `save_checkpoint` and
-    `finish` write it, in an order that never leaves history.json behind the checkpoint."""
+    `write_history` write it, only under the lock, through the open folder (a folder moved while it
+    trains is written where it now is), in an order that never leaves history.json behind the checkpoint."""
 
     def __init__(self, path):
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"a run folder is a path (str or pathlib.Path), got {type(path).__name__}")
         self.path = Path(path)
         self.meta = self.config = self.tokenizer = self.checkpoint = None
+        self._lock = None
 
     def __repr__(self) -> str:
         return f"RunFolder({str(self.path)!r})"
@@ -333,47 +216,146 @@ class RunFolder:
         apply_checkpoint(self.path / CHECKPOINT, self.checkpoint, lambda c: load_weights(model, c["model"]))
         return model.eval()
 
+    # --- writing: only under the lock, through the open folder ------------------------------------------
+
     @contextlib.contextmanager
     def lock(self):
         """This process is the folder's one writer while the context lasts; what a killed writer
         left half-written (*.tmp) is removed, since nobody else writes here now."""
         with TrainLock(self.path) as lock:
-            for name in RUN_FILES:
-                (self.path / (name + ".tmp")).unlink(missing_ok=True)
-            yield lock
+            self._lock = lock
+            try:
+                for name in RUN_FILES:
+                    self._remove(name + ".tmp")
+                yield lock
+            finally:
+                self._lock = None
+
+    def location(self) -> Path:
+        """Where the folder is now: its path, or where it was moved to while this process held it."""
+        fd = self._lock.fd if self._lock is not None else None
+        if fd is None or os.name == "nt" or not os.path.isdir(f"/proc/self/fd/{fd}"):
+            return self.path
+        now = os.readlink(f"/proc/self/fd/{fd}")
+        try:
+            if os.path.samefile(now, self.path):
+                return self.path
+        except OSError:
+            pass
+        return Path(now)
+
+    def _require_lock(self, method: str) -> None:
+        if self._lock is None:
+            raise RunError(f"RunFolder.{method} writes {self.path}, so it needs the folder's lock: call it inside "
+                           "`with folder.lock():` (one writer at a time)")
+
+    def _write(self, name: str, write) -> None:
+        """`write(binary file)` into the file `name` of the folder, whole (see `files.write_atomic_in`)."""
+        fd = self._lock.fd if os.name != "nt" else None
+        write_atomic_in(fd, name if fd is not None else self.path / name, write)
+
+    def _remove(self, name: str) -> None:
+        try:
+            if self._lock is not None and os.name != "nt":
+                os.unlink(name, dir_fd=self._lock.fd)
+            else:
+                (self.path / name).unlink()
+        except FileNotFoundError:
+            pass
+
+    def _write_json(self, name: str, value) -> None:
+        text = json.dumps(value, indent=1, ensure_ascii=False, allow_nan=False)
+        self._write(name, lambda f: f.write(text.encode("utf-8")))
 
     def start(self, meta: dict, tokenizer=None) -> None:
         """Begin (with `tokenizer`) or update the run: tokenizer.json first, then config.json, whose
-        presence says that a run lives here."""
-        if tokenizer is not None:
-            write_atomic(self.path / TOKENIZER, lambda p: tokenizer.save(p))
+        presence says that a run lives here. RunError naming the file the disk refuses."""
+        self._require_lock("start")
+        name = TOKENIZER
         try:
-            write_json(self.path / CONFIG, meta)
-        except BaseException:
+            if tokenizer is not None:
+                text = tokenizer.tokenizer.to_str(pretty=True)
+                self._write(TOKENIZER, lambda f: f.write(text.encode("utf-8")))
+            name = CONFIG
+            self._write_json(CONFIG, meta)
+        except OSError as error:
             if tokenizer is not None:       # a new run that did not begin leaves no tokenizer behind
-                (self.path / TOKENIZER).unlink(missing_ok=True)
-            raise
+                self._remove(TOKENIZER)
+            raise RunError(f"cannot write {self.location() / name} ({error.strerror or one_line(error)}): is the "
+                           f"disk full or the folder read-only? " + (
+                               "No run was begun, so nothing is lost; free space or make it writable, then run "
+                               "the same command again" if tokenizer is not None else
+                               f"{CONFIG} is as it was; free space or make it writable, then run the same command "
+                               "again")) from None
         self.meta = meta
 
-    def save_checkpoint(self, payload: dict, history: dict | None = None) -> None:
-        """Replace checkpoint.pt with `payload` (with `history`, the summary of a finished train, write
-        history.json after it; without, first remove a history.json of an earlier step). RunError
-        naming the file when the disk refuses it (full, read-only), and what was lost."""
-        from transformer_lib.training import save_checkpoint
-        path = self.path / CHECKPOINT
+    def save_checkpoint(self, payload: dict, history: dict | None = None, saved_step: int | None = None) -> None:
+        """Replace checkpoint.pt with `payload`, after removing history.json, which must never be behind
+        it; with `history` (the summary of a finished train), write history.json after it. RunError naming
+        the file the disk refuses (full, read-only) and what is kept: `saved_step` is the step of the
+        checkpoint there was (None: none)."""
+        import torch
+        self._require_lock("save_checkpoint")
+        step, where = payload["state"]["step"], self.location()
+        kept = (f"{where / CHECKPOINT} still holds step {saved_step}, so the {step - saved_step} steps since are lost"
+                if saved_step is not None else f"no checkpoint was saved yet, so these {step} steps are lost")
+        fix = f"free space or make {where} writable, then resume with the same command"
         try:
-            if history is None:
-                (self.path / HISTORY).unlink(missing_ok=True)
-            save_checkpoint(path, payload)
+            self._remove(HISTORY)
+        except OSError as error:
+            raise RunError(f"cannot remove {where / HISTORY} before saving step {step} "
+                           f"({error.strerror or one_line(error)}): {kept}; {fix}") from None
+        try:
+            self._write(CHECKPOINT, lambda f: torch.save(payload, f))
             if self.meta is not None and self.meta.get("format", 1) < FORMAT:     # an older run, now with identity
                 self.start({**self.meta, "format": FORMAT})
-            if history is not None:
-                write_json(self.path / HISTORY, history)
         except (OSError, RuntimeError) as error:
             if isinstance(error, RuntimeError) and "inline_container" not in str(error) \
                     and "write" not in str(error).lower():
                 raise
-            step = payload["state"]["step"]
-            raise RunError(f"cannot write {path} at step {step} ({one_line(error)[:160]}): is the disk full or the "
-                           f"folder read-only? The steps since the last checkpoint are lost; free space or make "
-                           f"{self.path} writable, then resume with the same command") from None
+            gone = "" if os.path.isdir(where) else " (the run folder was deleted while it trained)"
+            raise RunError(f"cannot write {where / CHECKPOINT} at step {step}{gone} ({one_line(error)[:160]}): is the "
+                           f"disk full or the folder read-only? {kept}; {fix}") from None
+        if history is not None:
+            self.write_history(history)
+
+    def write_history(self, history: dict) -> None:
+        """history.json, the summary of the checkpoint's step; RunError naming it (the checkpoint is kept)."""
+        self._require_lock("write_history")
+        try:
+            self._write_json(HISTORY, history)
+        except OSError as error:
+            where = self.location()
+            raise RunError(f"cannot write {where / HISTORY} at step {history['steps']} "
+                           f"({error.strerror or one_line(error)}): {where / CHECKPOINT} holds step "
+                           f"{history['steps']}, so no training is lost; free space or make {where} writable, then "
+                           "run the same command, which writes it") from None
+
+    def history_matches(self, step: int) -> bool:
+        """Whether history.json is there, readable, and of the checkpoint's `step`."""
+        try:
+            return json.loads((self.path / HISTORY).read_text(encoding="utf-8")).get("steps") == step
+        except (OSError, ValueError, AttributeError):
+            return False
+
+    def check_room(self, model) -> None:
+        """Before the first step: RunError when a checkpoint of `model` cannot be written here: a run file
+        made immutable or append-only, or too little free space for a checkpoint (the weights and Adam's
+        two moments; the old checkpoint stays until the new one is whole)."""
+        self._require_lock("check_room")
+        fd, where = self._lock.fd, self.location()
+        for name in RUN_FILES[:4]:
+            if unreplaceable(where / name):
+                raise RunError(f"{where / name} is immutable or append-only (`lsattr` shows it), so it cannot be "
+                               f"replaced and training would be lost at the first save; clear it (`chattr -i -a "
+                               f"{where / name}`) or train into a new --run folder")
+        if fd is None or not hasattr(os, "fstatvfs"):
+            return
+        need = sum(p.numel() * p.element_size() for p in model.parameters()) * 3 + (1 << 20)
+        info = os.fstatvfs(fd)
+        free = info.f_bavail * info.f_frsize
+        if free < need:
+            raise RunError(f"{where} has {free / 1e6:.1f} MB free on its disk, but a checkpoint of this model takes "
+                           f"about {need / 1e6:.1f} MB (its weights and the optimizer's two moments); free space, "
+                           "or give a --run folder on another disk")
+

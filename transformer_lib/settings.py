@@ -23,6 +23,9 @@ SOURCE_FIELDS = {"data_dir": "data_dir", "src_lang": "src_lang", "tgt_lang": "tg
                  "split_seed": "seed", "src_column": "src_column", "tgt_column": "tgt_column", "header": "header",
                  "delimiter": "delimiter"}
 AMP_CHOICES = ("auto", "bf16", "fp16", "none")
+# --delimiter by name: a tab is hard to type on a command line.
+DELIMITER_NAMES = {"tab": "\t", "\\t": "\t", "comma": ",", "semicolon": ";", "pipe": "|", "space": " "}
+TEST_FRACTION = 0.05         # --test-fraction when --valid is not given
 INT_LIMIT = 2 ** 31 - 1      # the largest count or size a setting takes (no run needs more)
 SEED_LIMIT = 2 ** 32         # seeds are in [0, SEED_LIMIT)
 LOG_EVERY = 10               # steps between the mean losses logged in history.json
@@ -72,7 +75,10 @@ class TrainSettings:
     valid_fraction: float = _setting(0.05, "--valid-fraction", "share of the training pairs carved out for "
                                      "validation when --valid is not given (files, tsv, csv, hub, opus_books)",
                                      PROBABILITY)
-    test_fraction: float = _setting(0.05, "--test-fraction", "the same for the test pairs (--test)", PROBABILITY)
+    test_fraction: float | None = _setting(None, "--test-fraction", "the same for the test pairs (--test); none are "
+                                           "carved when --valid is given: you have your own test pairs then, and "
+                                           "score them with `evaluate --data`", PROBABILITY,
+                                           shown="0.05, or 0 with --valid")
     split_seed: int = _setting(0, "--split-seed", "chooses the carved pairs: the same seed and pairs give the same "
                                "splits on any machine", _rule(int, lambda v: 0 <= v <= INT_LIMIT,
                                                               f"an integer >= 0 (at most {INT_LIMIT})"))
@@ -83,7 +89,9 @@ class TrainSettings:
                                             shown="1; hub: the 'translation' column", column=True)
     header: bool = _setting(False, "--header", "tsv, csv: the first row names the columns", flag=True,
                             shown="no header")
-    delimiter: str | None = _setting(None, "--delimiter", "csv: the field separator, one character", shown="\",\"")
+    delimiter: str | None = _setting(None, "--delimiter", "csv: the field separator, one character, or tab, "
+                                     "comma, semicolon, pipe (a tab also as $'\\t' or \\t)", shown="\",\"",
+                                     delimiter=True)
     vocab_size: int = _setting(1000, "--vocab-size", "shared BPE vocabulary size", POSITIVE)
     # --- model ---
     d_model: int = _setting(128, "--d-model", "model width", POSITIVE)
@@ -119,7 +127,9 @@ class TrainSettings:
                          _rule(int, lambda v: 0 <= v < SEED_LIMIT, f"an integer in [0, {SEED_LIMIT - 1}]"))
     # --- when to stop, validate, save ---
     max_steps: int | None = _setting(None, "--max-steps", "stop after this many steps", NONNEGATIVE, shown="none")
-    time_budget: float | None = _setting(None, "--time-budget", "stop after this much training time (90s, 25m, 1.5h)",
+    time_budget: float | None = _setting(None, "--time-budget", "stop after this much time spent in training steps (90s, 25m, "
+                                         "1.5h); reading the data, validation and checkpoints come on top (the bar's "
+                                         "time left counts them)",
                                          POSITIVE_FLOAT, shown="none", duration=True)
     validate_every: int = _setting(50, "--validate-every", f"steps between validation losses (a multiple of "
                                    f"{LOG_EVERY}; 0 = never; when the data has validation pairs)",
@@ -141,6 +151,8 @@ class TrainSettings:
     progress: bool = _setting(True, "--no-progress", "hide the progress bar", flag=True, inverted=True, shown="shown")
 
     def __post_init__(self):
+        if isinstance(self.delimiter, str):
+            object.__setattr__(self, "delimiter", DELIMITER_NAMES.get(self.delimiter.lower(), self.delimiter))
         for f in dataclasses.fields(self):
             _check_field(f, getattr(self, f.name))
         if self.data_dir is not None and not isinstance(self.data_dir, Path):
@@ -188,10 +200,10 @@ def _data_source(s: TrainSettings):
     from transformer_lib.sources import DataSource, parse_data_spec
     given = {name: getattr(s, name) for name in SOURCE_FIELDS
              if getattr(s, name) != TrainSettings.__dataclass_fields__[name].default}
-    if isinstance(s.data, DataSource):
+    if not isinstance(s.data, str):     # a DataSource (a notebook that defines the class has its own copy of it)
         if given:
             raise ValueError(f"data is a DataSource, so give {', '.join(given)} in it, not beside it")
-        return s.data
+        return s.data if isinstance(s.data, DataSource) else DataSource.from_dict(s.data.to_dict())
     kind = s.data.partition(":")[0]
     if kind == "builtin" and (s.src_lang or s.tgt_lang):
         raise ValueError("--src-lang and --tgt-lang are for multi30k and opus_books (and name the languages of "
@@ -200,6 +212,13 @@ def _data_source(s: TrainSettings):
         origin = {"builtin": "the library itself", "opus_books": "the Hugging Face Hub", "hub": "the Hugging Face Hub"}
         raise ValueError(f"--data-dir is for multi30k only ({kind} comes from "
                          f"{origin.get(kind, 'the files --data names')}); leave it out")
+    if s.test_fraction is None:        # carved only where the user has no validation pairs of their own
+        given["test_fraction"] = 0 if s.valid is not None else TEST_FRACTION
+    if kind == "tsv" and given.get("delimiter") == "\t":
+        del given["delimiter"]                  # tsv: is tab-separated already
+    elif kind == "tsv" and "delimiter" in given:
+        raise ValueError(f"--delimiter {given['delimiter']!r}: tsv: is tab-separated; for another separator read the "
+                         f"file as csv:{s.data.partition(':')[2]} --delimiter {given['delimiter']!r}")
     fields = {SOURCE_FIELDS[name]: value for name, value in given.items()}
     for name in ("src_column", "tgt_column"):     # "2" from the command line is the third column of a table
         if isinstance(fields.get(name), str) and fields[name].isdigit() and kind in ("tsv", "csv"):
@@ -207,7 +226,7 @@ def _data_source(s: TrainSettings):
     if "data_dir" in fields:
         fields["data_dir"] = str(fields["data_dir"])
     try:
-        return parse_data_spec(s.data, **fields)
+        return _compressed_prefix(parse_data_spec(s.data, **fields), s.data)
     except (ValueError, TypeError) as error:
         message = " ".join(str(error).split()).replace("valid_fraction + test_fraction", "--valid-fraction + "
                                                         "--test-fraction").replace("with src_lang and tgt_lang",
@@ -218,6 +237,19 @@ def _data_source(s: TrainSettings):
         raise type(error)(message if s.data in message else f"--data {s.data}: {message}") from None
 
 
+def _compressed_prefix(source, spec: str):
+    """files:PREFIX reads PREFIX.LANG, or else PREFIX.LANG.gz (.bz2, .xz) where only that one is there."""
+    if source.kind != "files" or "," in spec:
+        return source
+
+    def found(pair):
+        if pair is None:
+            return None
+        return tuple(next((path + ending for ending in ("", ".gz", ".bz2", ".xz") if Path(path + ending).exists()),
+                          path) for path in pair)
+    return dataclasses.replace(source, **{split: found(getattr(source, split)) for split in ("train", "valid", "test")})
+
+
 def _check_field(f: dataclasses.Field, value) -> None:
     meta, where = f.metadata, f"{f.name} ({f.metadata['option']})"
     if value is None and f.default is None:
@@ -226,6 +258,11 @@ def _check_field(f: dataclasses.Field, value) -> None:
         if not (isinstance(value, str) and value.strip()) and type(value).__name__ != "DataSource":
             raise TypeError(f"{where} must be a data source such as 'builtin' or 'tsv:pairs.tsv', or a "
                             f"sources.DataSource, got {value!r}")
+        return
+    if meta.get("delimiter"):
+        if not isinstance(value, str) or len(value) != 1 or value in "\"\r\n":
+            raise ValueError(f"{where} must be one character other than a quote or a line break, or tab, comma, "
+                             f"semicolon, pipe, got {value!r}")
         return
     if meta.get("column"):      # an index from 0 or a name: DataSource checks it
         if isinstance(value, bool) or not isinstance(value, (int, str)):

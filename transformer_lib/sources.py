@@ -74,16 +74,19 @@ def _check_source(source: DataSource) -> None:
             raise ValueError(f"{field} is for {' and '.join(kinds)} data sources, not {source.kind}")
     for split in SPLITS:
         _check_location(source, split, getattr(source, split))
-    for field in ("src_lang", "tgt_lang", "name", "config", "delimiter", "data_dir"):
+    for field in ("src_lang", "tgt_lang", "name", "config", "data_dir"):
         value = getattr(source, field)
         if value is not None and (not isinstance(value, str) or not value.strip()):
             raise TypeError(f"{field} must be None or a non-empty text, got {value!r}")
+    if source.delimiter is not None and not isinstance(source.delimiter, str):
+        raise TypeError(f"delimiter must be None or one character, got {source.delimiter!r}")
     if source.kind == "hub" and source.name is None:
         raise ValueError("a hub data source needs name, the dataset to load (e.g. 'Helsinki-NLP/opus-100')")
     if source.kind == "builtin" and (source.src_lang or source.tgt_lang):
         raise ValueError("the builtin corpus is English -> Ordo: it takes no src_lang or tgt_lang")
-    if source.delimiter is not None and len(source.delimiter) != 1:
-        raise ValueError(f"delimiter must be one character, got {source.delimiter!r}")
+    if source.delimiter is not None and (len(source.delimiter) != 1 or source.delimiter in '"\r\n'):
+        raise ValueError(f"delimiter must be one character other than a quote or a line break (\"\\t\" for a tab), "
+                         f"got {source.delimiter!r}")
     for field in ("src_column", "tgt_column"):
         value = getattr(source, field)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, str)) or value == ""
@@ -142,6 +145,7 @@ class SourceData:
     train: list[tuple[str, str]]
     valid: list[tuple[str, str]]
     test: list[tuple[str, str]]
+    missing: dict = dataclasses.field(default_factory=dict)   # split -> why a named corpus's split is empty
 
     def fingerprint(self) -> dict:
         """{"train": {"sha256", "count"}, "valid": ..., "test": ...}: what a run records and compares on resume."""
@@ -152,10 +156,17 @@ def read_source(source: DataSource) -> SourceData:
     """The train, valid and test pairs of `source`, read and checked; a split it does not give is carved out of
     the training pairs (`valid_fraction`, `test_fraction`, `seed`)."""
     gives = NAMED_SPLITS.get(source.kind) or {split: getattr(source, split) for split in SPLITS}
-    given = {split: _read_split(source, split) for split in SPLITS if gives.get(split) is not None}
+    given, missing = {}, {}
+    for split in [s for s in SPLITS if gives.get(s) is not None]:
+        try:
+            given[split] = _read_split(source, split)
+        except FileNotFoundError as error:  # a local Multi30k folder without its valid or test files
+            if split == "train" or source.kind not in NAMED_SPLITS:
+                raise
+            given[split], missing[split] = [], str(error)
     fractions = {"valid": source.valid_fraction, "test": source.test_fraction}
     train, carved = _carve(given.pop("train"), {s: f for s, f in fractions.items() if s not in given}, source.seed)
-    return SourceData(source, train, **{"valid": [], "test": [], **given, **carved})
+    return SourceData(source, train, **{"valid": [], "test": [], **given, **carved}, missing=missing)
 
 # %% ../notebooks/10_data_pipeline.ipynb #e0e5f76b
 def _read_split(source: DataSource, split: str) -> list[tuple[str, str]]:

@@ -12,54 +12,20 @@ Ctrl-C (or SIGTERM) finishes the current step, saves a checkpoint there and rais
 `TrainingStopped`, which says what was kept and how to resume.
 """
 import contextlib
-import uuid
-import signal
+import dataclasses
 import sys
-import threading
-from pathlib import Path
+import time
+import uuid
 
 from transformer_lib import runs
+from transformer_lib.data_files import check_source_files, header_warning
 from transformer_lib.run_config import check_data_dir
 from transformer_lib.runs import RunError, RunFolder, one_line
-from transformer_lib.settings import AMP_MEASURE_MIN_STEPS, LOG_EVERY, TrainSettings
-
-
-def resolve_device(name=None):
-    """The torch.device for `name` (None: the best present); RunError if that device is not here."""
-    import torch
-    from transformer_lib.device import pick_device
-    if name is None:
-        return pick_device()
-    try:
-        device = torch.device(str(name))
-    except RuntimeError:
-        raise RunError(f"--device {name}: unknown device; use cpu, cuda, cuda:N or mps") from None
-    if device.type not in ("cpu", "cuda", "mps"):
-        raise RunError(f"--device {name}: unknown device; use cpu, cuda, cuda:N or mps")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise RunError(f"--device {name}: this torch sees no CUDA GPU; use --device cpu (or leave --device out)")
-    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
-        raise RunError(f"--device {name}: there are only {torch.cuda.device_count()} CUDA devices")
-    if device.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise RunError(f"--device {name}: Apple's MPS is not available here; use --device cpu")
-    return device
-
-
-def resolve_amp(choice: str, device, model=None, batches=None, loss_fn=None) -> str | None:
-    """`amp` as the Trainer takes it: "bf16", "fp16" or None (float32). "auto" asks `pick_amp`: on
-    CUDA by capability; on a CPU with bf16 instructions, bf16 only if it trains faster on `batches()`
-    (a callable, so that they are built only to be measured; None: not measured, float32); else float32."""
-    import torch
-    if choice != "auto":
-        return None if choice == "none" else choice
-    from transformer_lib.device import cpu_has_native_bf16, pick_amp
-    device = torch.device(device)
-    measure = device.type == "cpu" and batches is not None and cpu_has_native_bf16()
-    return pick_amp(device, model, batches() if measure else None, loss_fn)
-
-
-def _amp_runs_on(amp: str, device) -> bool:
-    return amp == "float32" or device.type == "cuda" or (amp == "bf16" and device.type == "cpu")
+from transformer_lib.settings import LOG_EVERY, TrainSettings
+from transformer_lib.train_device import launch_amp, resolve_amp, resolve_device  # noqa: F401
+from transformer_lib.train_signals import Signals, TrainingStopped, stop_callback  # noqa: F401
+from transformer_lib.train_report import (Progress, data_lines, dropped_pairs, end_lines, last_valid_loss,
+                                          model_line, where_in_file)
 
 
 def check_settings(settings: TrainSettings, device) -> None:
@@ -70,55 +36,6 @@ def check_settings(settings: TrainSettings, device) -> None:
     if s.max_steps is None and s.time_budget is None:
         raise RunError("give --max-steps or --time-budget (or both), or training never stops")
     check_data_dir(s.source.kind, s.data_dir)      # TrainSettings checked the rest of the data options
-
-
-# --- signals ----------------------------------------------------------------------------------------
-
-class _Signals:
-    """SIGINT (Ctrl-C) and SIGTERM during `train_run`: while training (and saving), the step under way
-    finishes and `received` is set, for the callback that then saves a checkpoint; at any other
-    `phase` ("preparing", "finishing"), or a second time, they stop at once. Main thread only."""
-
-    def __init__(self):
-        self.phase, self.received, self._saved = "preparing", None, {}
-
-    def __enter__(self) -> "_Signals":
-        if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                self._saved[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for signum, handler in self._saved.items():
-            signal.signal(signum, handler)
-
-    def _handle(self, signum, frame) -> None:
-        if self.phase == "training" and self.received is None:
-            self.received = signum
-            return
-        raise TrainingStopped(signum, phase=self.phase)
-
-
-class TrainingStopped(KeyboardInterrupt):
-    """A signal stopped training in `phase`; `step` is set when a checkpoint was saved at that step."""
-
-    def __init__(self, signum: int, step: int | None = None, phase: str = "training"):
-        super().__init__(signum)
-        self.signum, self.step, self.phase = signum, step, phase
-
-    def message(self, run: Path, again: str) -> str:
-        """The one line that says what was kept and how to go on."""
-        checkpoint = run / runs.CHECKPOINT
-        if self.step is not None:
-            return f"interrupted at step {self.step}: saved {checkpoint}; resume with the same command: {again}"
-        if self.phase == "preparing":
-            return (f"interrupted before the first step, so no training was lost; start it with the same command: "
-                    f"{again}")
-        if self.phase == "finishing":
-            return (f"interrupted after the last step, which {checkpoint} holds; {run / runs.HISTORY} may not be "
-                    "written")
-        return (f"interrupted twice, so stopped at once without saving: the steps since the last checkpoint are "
-                f"lost; resume from it with the same command: {again}")
 
 
 class RankZeroRefused(RunError):
@@ -144,16 +61,31 @@ def _meta(s: TrainSettings, source, config, processes: int, tokenizer_fingerprin
     prints = prints or {}
     return runs.new_config(config, source.kind, s.src_lang, s.tgt_lang, s.data_dir, s.vocab_size, processes,
                            s.accumulate, s.recorded(), tokenizer_fingerprint, prints.get("train", {}), s.batch_multiple,
-                           source=source.to_dict(), split_prints={k: v for k, v in prints.items() if k != "train"})
+                           source=_recorded_source(source), split_prints={k: v for k, v in prints.items() if k != "train"})
 
 
 def _source_of(s: TrainSettings, old_meta: dict | None):
     """The data source this launch reads: the settings' one; for a run begun before runs recorded their
-    source, opus_books as it was read then (all of it for training, nothing carved)."""
+    source, opus_books as it was read then (all of it for training, nothing carved); for a run begun when
+    a test split was carved beside a given --valid, its recorded --test-fraction (unless one is given)."""
     if old_meta is not None and "source" not in old_meta and s.source.kind == "opus_books":
-        import dataclasses
         return dataclasses.replace(s.source, valid_fraction=0, test_fraction=0)
+    recorded = (old_meta or {}).get("source") or {}
+    if s.test_fraction is None and recorded.get("test_fraction", s.source.test_fraction) != s.source.test_fraction:
+        return dataclasses.replace(s.source, test_fraction=recorded["test_fraction"])
     return s.source
+
+
+def _recorded_source(source) -> dict:
+    """The source as config.json records it: its files as absolute paths, so that `evaluate --run` finds
+    them from any working folder."""
+    import os
+    record = source.to_dict()
+    for split in ("train", "valid", "test"):
+        where = record.get(split)
+        if source.kind in ("files", "tsv", "csv") and where is not None:
+            record[split] = [os.path.abspath(p) for p in where] if isinstance(where, tuple) else os.path.abspath(where)
+    return record
 
 
 def _data_option(s: TrainSettings, split: str) -> str:
@@ -166,7 +98,7 @@ def _data_option(s: TrainSettings, split: str) -> str:
         f"{where} carved by --{split}-fraction {getattr(s.source, split + '_fraction')} --split-seed {s.split_seed}")
 
 
-def _prepare(folder: RunFolder, s: TrainSettings, device, processes: int, write: bool) -> dict:
+def _prepare(folder: RunFolder, s: TrainSettings, device, processes: int, write: bool, pipes=None) -> dict:
     """Check the run folder, data and settings; build the model, data and optimizer; with `write`,
     then write tokenizer.json and config.json. A finished run returns at once ({"finished": why})."""
     from transformer_lib.data import TranslationData
@@ -191,12 +123,17 @@ def _prepare(folder: RunFolder, s: TrainSettings, device, processes: int, write:
     else:
         runs.check_new_run_folder(folder.path)
     source = _source_of(s, old_meta)
+    read = source if pipes is None else dataclasses.replace(      # pipes: through the ends opened to check them
+        source, **{split: getattr(pipes.source, split) for split in ("train", "valid", "test")})
     try:
-        splits = read_source(source)    # a malformed file: ValueError naming it, its line and the fix
-    except ValueError as error:
+        splits = read_source(read)      # a malformed file: ValueError naming it, its line and the fix
+    except (ValueError, OSError) as error:
         if "too few to carve" not in str(error):
-            raise
+            raise (pipes.user_names(error) if pipes else error) from None
         raise RunError(f"{one_line(error)} (--valid-fraction, --test-fraction; --valid, --test)") from None
+    finally:
+        if pipes is not None:
+            pipes.close()
     train_pairs, prints = splits.train, splits.fingerprint()
     if old_meta is not None:
         for split in ("train", "valid", "test"):
@@ -216,6 +153,10 @@ def _prepare(folder: RunFolder, s: TrainSettings, device, processes: int, write:
     if not len(data):
         raise RunError(f"the length filter removed all {len(train_pairs)} training pairs: none fits in "
                        f"--max-len {config.max_len} tokens (<s> and </s> included); raise --max-len")
+    dropped = {}
+    if len(data) < len(train_pairs):
+        first = dropped_pairs(train_pairs, tokenizer, config.max_len, s.batch_multiple)[0]
+        dropped["train"] = (len(train_pairs) - len(data), where_in_file(source, splits, first))
     per_update = processes * s.accumulate
     if per_update > 1 and len(data.batches(0, seed=s.seed)) < per_update:
         raise RunError(f"an epoch has {len(data.batches(0, seed=s.seed))} batches, fewer than the {per_update} "
@@ -226,36 +167,28 @@ def _prepare(folder: RunFolder, s: TrainSettings, device, processes: int, write:
     loss_fn = lambda m, b: translation_loss(m, b, criterion)   # noqa: E731
     validate = None
     if s.validate_every and splits.valid:       # given, or carved out of the training pairs
-        valid_batches = TranslationData(splits.valid, tokenizer, s.max_tokens, max_len=config.max_len,
-                                        pad_to_multiple=s.batch_multiple).batches(0, shuffle=False)
+        valid_data = TranslationData(splits.valid, tokenizer, s.max_tokens, max_len=config.max_len,
+                                     pad_to_multiple=s.batch_multiple)
+        valid_batches = valid_data.batches(0, shuffle=False)
+        if len(valid_data) < len(splits.valid):
+            dropped["valid"] = (len(splits.valid) - len(valid_data), "not counted in the validation loss")
         validate = lambda m: validation_loss(m, valid_batches, loss_fn)   # noqa: E731
-    amp = _amp(s, device, old_meta, model, data, loss_fn)
+    amp = launch_amp(s, device, old_meta, model, data, loss_fn)
     meta = {**_meta(s, source, config, processes, tokenizer.fingerprint, prints),
             "run_id": (old_meta or {}).get("run_id") or uuid.uuid4().hex}
     if old_meta is not None:        # what an older run did not record is recorded now; what changed, with its step
         step = folder.checkpoint["state"]["step"] if folder.checkpoint else 0
+        # The same pairs (their fingerprints were compared), perhaps from moved files: recorded where they are now.
         meta = {**meta, "format": old_meta.get("format", 1),
                 "fingerprints": old_meta.get("fingerprints", meta["fingerprints"]),
-                "source": old_meta.get("source", meta["source"]),      # the same pairs, perhaps from moved files
                 "changes": old_meta.get("changes", []) + [{"step": step, "change": c} for c in changes]}
     meta["amp"] = (old_meta or {}).get("amp") or amp or "float32"
     if write and meta != old_meta:       # everything checked: only now is the folder written
         folder.start(meta, tokenizer if old_meta is None else None)
     folder.meta = meta
     return {"model": model, "data": data, "optimizer": optimizer, "scheduler": scheduler, "loss_fn": loss_fn,
-            "validate": validate, "amp": amp, "changes": changes}
-
-
-def _amp(s: TrainSettings, device, old_meta: dict | None, model, data, loss_fn) -> str | None:
-    """The precision of this launch. "auto" keeps the one the run records (a resumed run trains as it
-    began) where it runs on `device`; otherwise it resolves it, measuring on a CPU with bf16
-    instructions only for a run long enough to repay the measurement's steps."""
-    recorded = (old_meta or {}).get("amp")
-    if s.amp == "auto" and recorded is not None and _amp_runs_on(recorded, device):
-        return None if recorded == "float32" else recorded
-    long_enough = s.max_steps is None or s.max_steps >= AMP_MEASURE_MIN_STEPS
-    return resolve_amp(s.amp, device, model, loss_fn=loss_fn, batches=(
-        lambda: [batch.to(device) for batch in data.batches(0, seed=s.seed)[:4]]) if long_enough else None)
+            "validate": validate, "amp": amp, "changes": changes, "source": source, "splits": splits,
+            "dropped": dropped, "vocabulary": tokenizer.vocab_size}
 
 
 def _prepare_in_turn(folder: RunFolder, s: TrainSettings, device, context, resources) -> dict:
@@ -265,8 +198,20 @@ def _prepare_in_turn(folder: RunFolder, s: TrainSettings, device, context, resou
 
     def first() -> dict:
         runs.check_writable(folder.path, "--run", folder=True)
-        resources.enter_context(folder.lock())
-        return _prepare(folder, s, device, context.world_size if context else 1, write=True)
+        holder = runs.lock_holder(folder.path)
+        if holder:          # said before the data is read
+            raise RunError(f"another train (pid {holder}) is writing {folder.path}, so it is left to that one; wait "
+                           "for it to end (or stop it), or train into another --run folder")
+        pipes = check_source_files(s.source)    # readable, and each named pipe has its writer: only then the lock
+        try:
+            resources.enter_context(folder.lock())
+        except BaseException:
+            pipes.close()
+            raise
+        try:
+            return _prepare(folder, s, device, context.world_size if context else 1, write=True, pipes=pipes)
+        finally:
+            pipes.close()               # also when a finished run read no data
     if context is None:
         return first()
     verdict = [None]
@@ -290,16 +235,17 @@ def _prepare_in_turn(folder: RunFolder, s: TrainSettings, device, context, resou
 
 def train_run(run, settings: TrainSettings, announce: bool = True) -> dict:
     """Train (or resume) the run folder `run` with `settings`; return its summary (with "amp", the
-    precision it trained in). Everything is checked before the folder is written, so a refused call
-    leaves it as it was. `announce` prints the precision, the step it resumes at, what changed on
-    resume, or that the run is finished (course_model keeps the notebooks' output free of them)."""
+    precision it trained in, the pairs of each split and the last validation loss). Everything is checked
+    before the folder is written, so a refused call leaves it as it was. `announce` says (on stderr) what
+    was read, the model and precision, what changed on resume, the validation losses without a bar, and at
+    the end where the run is and how to score it (course_model keeps the notebooks' output free of them)."""
     import torch
     from transformer_lib.distributed import DistributedTrainer, launched_by_torchrun, setup_distributed
     from transformer_lib.training import Trainer
     if not isinstance(settings, TrainSettings):
         raise TypeError(f"settings must be a TrainSettings, got {type(settings).__name__}; build one with "
                         "TrainSettings(d_model=..., max_steps=...)")
-    s, folder = settings, RunFolder(run)
+    s, folder, began = settings, RunFolder(run), time.perf_counter()
     runs.check_path_text(folder.path, "--run")
     device = resolve_device(s.device)
     check_settings(s, device)
@@ -309,24 +255,38 @@ def train_run(run, settings: TrainSettings, announce: bool = True) -> dict:
     device, rank, world_size = (context.device, context.rank, context.world_size) if context else (device, 0, 1)
     say = (lambda text: print(text, file=sys.stderr)) if rank == 0 and announce else (lambda text: None)
     with contextlib.ExitStack() as resources:
-        signals = resources.enter_context(_Signals())
+        signals = resources.enter_context(Signals())
         torch.manual_seed(s.seed)
         prepared = _prepare_in_turn(folder, s, device, context, resources)
-        parameters = sum(p.numel() for p in prepared["model"].parameters())
+        model = prepared["model"]
+        parameters = sum(p.numel() for p in model.parameters())
         launch_amp = folder.meta.get("amp", "float32") if "finished" in prepared else prepared["amp"] or "float32"
-        done = lambda state: {**runs.summary(state, parameters, world_size, s.accumulate),   # noqa: E731
-                              "amp": launch_amp}        # the precision this launch trained in
+        pairs = {split: len(getattr(prepared["splits"], split)) for split in ("train", "valid", "test")} \
+            if "splits" in prepared else None
+
+        def done(state) -> dict:
+            return {**runs.summary(state, parameters, world_size, s.accumulate), "amp": launch_amp,
+                    **({"pairs": pairs} if pairs else {}),
+                    "valid_loss": (last_valid_loss(state.get("history", [])) or (None, None))[1]}
         if "finished" in prepared:
             say(f"{folder.path} is finished: {prepared['finished']}; nothing was changed (raise --max-steps or "
                 "--time-budget to train further)")
             summary = done(folder.checkpoint["state"])
-            if rank == 0 and not (folder.path / runs.HISTORY).is_file():    # its last train was stopped before it
-                runs.write_json(folder.path / runs.HISTORY, summary)
+            if rank == 0 and not folder.history_matches(summary["steps"]):   # its last train stopped before it
+                folder.write_history(summary)
             return summary
-        model, data, amp = prepared["model"], prepared["data"], prepared["amp"]
+        data, amp = prepared["data"], prepared["amp"]
+        for line in data_lines(s, prepared["source"], prepared["splits"], prepared["dropped"]):
+            say(line)
+        warning = header_warning(prepared["source"])
+        if warning:
+            say(f"warning: {warning}")
+        say(model_line(s, parameters, prepared["vocabulary"]))
         say(f"precision: {amp or 'float32'} (--amp {s.amp})")
         for change in prepared["changes"]:
             say(f"changed on resume: {change}")
+        if rank == 0:
+            folder.check_room(model)        # an unreplaceable file or a full disk, before the first step
         if world_size > 1:
             torch.manual_seed(s.seed + rank)    # the same initial weights, but each rank its own dropout masks
         if s.compile:
@@ -334,50 +294,46 @@ def train_run(run, settings: TrainSettings, announce: bool = True) -> dict:
         trainer = (DistributedTrainer if context else Trainer)(
             model, prepared["loss_fn"], prepared["optimizer"], lambda epoch: data.batches(epoch, seed=s.seed),
             scheduler=prepared["scheduler"], device=device, max_steps=s.max_steps, time_budget_s=s.time_budget,
-            amp_dtype=amp, progress=s.progress, accumulate=s.accumulate, log_every=LOG_EVERY,
+            amp_dtype=amp, progress=False, accumulate=s.accumulate, log_every=LOG_EVERY,
             validate=prepared["validate"], validate_every=s.validate_every if prepared["validate"] else None)
+        saved = [None]                      # the step of the checkpoint on disk
         if folder.checkpoint is not None:
             runs.apply_checkpoint(folder.path / runs.CHECKPOINT, folder.checkpoint, trainer.restore)
+            saved[0] = trainer.state.step
             say(f"resuming {folder.path / runs.CHECKPOINT} at step {trainer.state.step}")
 
         def save(trainer, final: bool = False) -> None:     # every rank joins; rank 0 writes
             payload = trainer.checkpoint({"run": runs.identity(folder.meta)})
             if rank == 0:
-                folder.save_checkpoint(payload, done(payload["state"]) if final else None)
+                folder.save_checkpoint(payload, done(payload["state"]) if final else None, saved_step=saved[0])
+                saved[0] = payload["state"]["step"]
 
         def every(trainer) -> None:
             if trainer.state.step % s.checkpoint_every == 0 and not trainer._done():
                 save(trainer)
+        progress = Progress(trainer, s.max_steps, s.time_budget, s.progress and rank == 0, say)
         trainer.add_callback("on_batch_end", every)
-        trainer.add_callback("on_batch_end", _stop_callback(signals, save, context))
+        trainer.add_callback("on_batch_end", stop_callback(signals, save, context))
         trainer.add_callback("on_train_end", lambda t: save(t, final=True))
         signals.phase = "training"
         try:
             state = trainer.fit()
+        except TrainingStopped as stop:
+            stop.run = folder.location()
+            raise
         finally:
             signals.phase = "finishing"
+            progress.close()
+        where = folder.location()
         if signals.received:            # came during the last step or its save, which finished first
-            raise TrainingStopped(signals.received, state.step)
-    return done(vars(state))
-
-
-def _stop_callback(signals: _Signals, save, context):
-    """An on_batch_end callback: when a signal came, save a checkpoint at this step and stop. Under
-    torchrun the ranks agree at every logged step (an all-reduce), so they all stop at the same one."""
-    def stop(trainer) -> None:
-        received = signals.received
-        if context is not None:
-            if trainer.state.step % LOG_EVERY:
-                return
-            import torch
-            import torch.distributed as dist
-            flag = torch.tensor([received or 0], device=trainer.device)
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-            received = int(flag.item()) or None
-        if received:
-            save(trainer, final=trainer._done())
-            raise TrainingStopped(received, trainer.state.step)
-    return stop
+            stop = TrainingStopped(signals.received, state.step)
+            stop.run = where
+            raise stop
+        summary = done(vars(state))
+        for line in end_lines(summary, where, folder.path if where != folder.path else None, pairs,
+                              time.perf_counter() - began):
+            say(line)
+    return summary
 
 
 def load_run(run, device=None):
