@@ -94,10 +94,11 @@ def attention_by_loops_wrong_axis(query, key, value):
 
 
 def masked_softmax_by_hand(scores, mask):
-    """Another right answer: exp, zero, normalise, with a guard for empty rows (float64 inside)."""
+    """Another right answer: exp, zero, normalise, with a guard for empty rows (float64 inside, the scores' dtype
+    out)."""
     e = (scores.double() - scores.double().max(dim=-1, keepdim=True).values).exp() * ~mask
     total = e.sum(dim=-1, keepdim=True)
-    return torch.where(total > 0, e / total.clamp(min=1e-300), torch.zeros_like(e)).float()
+    return torch.where(total > 0, e / total.clamp(min=1e-300), torch.zeros_like(e)).to(scores.dtype)
 
 
 def masked_softmax_nan_to_num(scores, mask):

@@ -209,7 +209,7 @@ def test_greedy_more_wrong_answers(wrong, message):
 
 @pytest.mark.parametrize("wrong,message", [
     (lambda log_p, length, alpha: log_p / ((5 + length) / 6 ** alpha), "not \\(5 \\+ \\|Y\\|\\) / 6\\^α"),
-    (lambda log_p, length, alpha: log_p / ((6 + length) / 6) ** alpha, "adds 5 to the length, not 6"),
+    (lambda log_p, length, alpha: log_p / ((6 + length) / 6) ** alpha, "adds 5 to the length, you added 6"),
     (lambda log_p, length, alpha: log_p / ((5 + length) // 6) ** alpha, "integer division"),
 ])
 def test_score_named_beyond_the_issue(wrong, message):

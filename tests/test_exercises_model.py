@@ -104,7 +104,7 @@ def copy_batch_loops(src):
         labels = symbols + [2] + [0] * (len(row) - len(symbols))
         rows_out.append(labels)
         rows_in.append([1] + symbols + [0] * (len(row) - len(symbols)))
-    return torch.tensor(rows_in), torch.tensor(rows_out)
+    return torch.tensor(rows_in, dtype=src.dtype), torch.tensor(rows_out, dtype=src.dtype)
 
 
 def eos_at_row_end(src):

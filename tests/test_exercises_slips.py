@@ -598,3 +598,150 @@ def test_label_smoothing_without_the_minus_sign_is_named():
 
     with pytest.raises(AssertionError, match=r"the NEGATIVE of .*keep the minus sign"):
         training.check_label_smoothing(positive_log)
+
+
+# --- a second held-out measurement (fresh3): causes named only where the answer's outputs match them -----------
+
+@pytest.mark.parametrize("answer, message", [
+    (lambda lp, n, a: lp * 6 / (a * (5 + n)), "You multiplied by α; lp\\(Y\\) RAISES"),   # α = 0: 0 in the divisor
+    (lambda lp, n, a: lp / ((4 + n) / 6) ** a, "GNMT adds 5 to the length, you added 4"),
+    (lambda lp, n, a: lp / ((5 + n) / 5) ** a, "GNMT divides 5 \\+ \\|Y\\| by 6, you divided by 5"),
+])
+def test_length_normalised_score_slips_are_derived_not_guessed(answer, message):
+    with pytest.raises(AssertionError, match=message) as caught:
+        decoding.check_length_normalised_score(answer)
+    assert "handle it first" not in str(caught.value)
+
+
+def test_length_normalised_score_that_converts_a_tensor_is_not_told_about_math_pow():
+    with pytest.raises(AssertionError, match="turned into one Python number") as caught:
+        decoding.check_length_normalised_score(lambda lp, n, a: torch.as_tensor(lp / ((5 + n) / 6) ** a).item())
+    assert "math.pow" not in str(caught.value)
+    with pytest.raises(AssertionError, match="math.(exp|log) works on numbers only"):
+        decoding.check_length_normalised_score(lambda lp, n, a: lp * math.exp(-a * math.log((5 + n) / 6)))
+
+
+def _ring_with(gather_into=0, gather_from=1, scatter_add=True):
+    def ring(tensor, rank, world_size, send, recv):
+        n, parts = world_size, list(tensor.clone().tensor_split(world_size))
+        for s in range(n - 1):
+            send(parts[(rank - s) % n])
+            c = (rank - 1 - s) % n
+            parts[c] = parts[c] + recv() if scatter_add else recv()
+        for s in range(n - 1):
+            send(parts[(rank + gather_from - s) % n])
+            parts[(rank + gather_into - s) % n] = recv()
+        return torch.cat(parts)
+    return ring
+
+
+@pytest.mark.parametrize("answer, message", [
+    (_ring_with(gather_into=-1), "in the all-gather, rank r writes what it receives into chunk \\(r − 1 − s\\)"),
+    (_ring_with(gather_from=2), "in the all-gather, rank r sends chunk \\(r \\+ 2 − s\\)"),
+    (_ring_with(scatter_add=False), "in the reduce-scatter the receiver ADDS"),
+])
+def test_ring_allreduce_names_the_phase_its_outputs_match(answer, message):
+    with pytest.raises(AssertionError, match=message):
+        distributed.check_ring_allreduce(answer)
+
+
+def test_ring_allreduce_with_an_unlisted_slip_says_where_it_goes_wrong():
+    def ring(tensor, rank, world_size, send, recv):            # rank 0 drops what it receives in the last step
+        n, parts = world_size, list(tensor.clone().tensor_split(world_size))
+        for s in range(n - 1):
+            send(parts[(rank - s) % n])
+            parts[(rank - 1 - s) % n] = parts[(rank - 1 - s) % n] + recv()
+        for s in range(n - 1):
+            send(parts[(rank + 1 - s) % n])
+            received = recv()
+            if rank or s < n - 2:
+                parts[(rank - s) % n] = received
+        return torch.cat(parts)
+    with pytest.raises(AssertionError, match="every message the ranks sent is right, but the chunks are put together "
+                                             "wrongly") as caught:
+        distributed.check_ring_allreduce(ring)
+    assert "In reduce-scatter step s" not in str(caught.value)
+
+
+def test_copy_batch_with_a_fixed_dtype_is_refused():
+    def copy_batch(src):
+        B, L = src.shape
+        n = (src != 0).sum(1)
+        labels = torch.zeros(B, L + 1, dtype=torch.int64)
+        labels[:, :L] = src
+        labels[torch.arange(B), n] = 2
+        dec_in = torch.zeros(B, L + 1, dtype=torch.int64)
+        dec_in[:, 0], dec_in[:, 1:] = 1, labels[:, :L]
+        return dec_in.masked_fill(dec_in == 2, 0), labels
+    with pytest.raises(AssertionError, match="keep src's dtype"):
+        model.check_copy_batch(copy_batch)
+
+
+def test_ngram_precision_keyed_by_words_glued_together_is_named():
+    from collections import Counter
+
+    def ngram_precision(hypothesis, reference, n):
+        def grams(words):
+            return Counter(sum((list(w) for w in words[i:i + n]), []).__str__() for i in range(len(words) - n + 1))
+        h, r = grams(hypothesis), grams(reference)
+        return sum(min(k, r[g]) for g, k in h.items()), sum(h.values())
+    with pytest.raises(AssertionError, match="without a separator"):
+        evaluation.check_ngram_precision(ngram_precision)
+
+
+def test_scaled_embedding_with_a_trainable_gain_is_refused():
+    from transformer_lib.exercises.embeddings import check_scaled_embedding
+
+    class ScaledEmbedding(torch.nn.Module):
+        def __init__(self, vocab_size, d_model):
+            super().__init__()
+            self.lut, self.d_model = torch.nn.Embedding(vocab_size, d_model), d_model
+            torch.nn.init.normal_(self.lut.weight, std=d_model ** -0.5)
+            self.gain = torch.nn.Parameter(torch.ones(1))          # 1 now, moved by the optimizer later
+        def forward(self, tokens):
+            return self.lut(tokens) * math.sqrt(self.d_model) * self.gain
+    with pytest.raises(AssertionError, match="trains more than the table: gain \\(1,\\)"):
+        check_scaled_embedding(ScaledEmbedding)
+
+
+def test_masked_softmax_that_computes_in_float32_is_refused():
+    with pytest.raises(AssertionError, match="the right values, but in torch.float32"):
+        attention.check_masked_softmax(lambda scores, mask: torch.nan_to_num(
+            torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1, dtype=torch.float32)))
+
+
+def test_brevity_penalty_as_a_numpy_float32_is_refused_and_float64_accepted():
+    import numpy as np
+
+    def bp(c, r, kind):
+        return kind(0.0 if c == 0 else 1.0 if c >= r else math.exp(1 - r / c))
+    with pytest.raises(AssertionError, match="numpy.float32 .* keeps only 7 significant digits"):
+        evaluation.check_brevity_penalty(lambda c, r: bp(c, r, np.float32))
+    assert accepted(evaluation.check_brevity_penalty, lambda c, r: bp(c, r, np.float64))
+
+
+def test_causal_mask_by_tril_is_refused():
+    with pytest.raises(AssertionError, match="without torch.triu or torch.tril"):
+        decoder.check_causal_mask(lambda T: torch.tril(torch.ones(T, T)) == 0)
+
+
+@pytest.mark.parametrize("answer, message", [
+    (lambda s, p, d, w, c: noam_lr(s, d, w) * (0.05 + 0.95 * min(1.0, (1 - p) / c)), "your ramp ends at 0.05"),
+    (lambda s, p, d, w, c: noam_lr(s, d, w) * min(1.0, max(0.0, (c - p) / c)), "falls during the FIRST"),
+    (lambda s, p, d, w, c: noam_lr(s, warmup_steps=d, d_model=w) * min(1.0, (1 - p) / c),
+     "your eq. 3 is noam_lr\\(step, warmup_steps, d_model\\)"),
+    (lambda s, p, d, w, c: noam_lr(s, d, w) * min(1.0, (1 - p) / c) ** 1.5, "to the power 1.5"),
+])
+def test_cooldown_slips_are_derived_from_the_reference(answer, message):
+    with pytest.raises(AssertionError, match=message):
+        training.check_cooldown(answer)
+
+
+def test_target_mask_with_the_causal_part_transposed_is_named():
+    from transformer_lib.exercises.data import check_target_mask
+
+    def target_mask(tgt_in, pad_id):
+        T = tgt_in.size(1)
+        return torch.ones(T, T, dtype=torch.bool).tril(-1)[None] | (tgt_in == pad_id)[:, None, :]
+    with pytest.raises(AssertionError, match="the causal part is transposed"):
+        check_target_mask(target_mask)

@@ -31,9 +31,11 @@ from transformer_lib.exercises.guards import (MATRIX_PRODUCTS, Refuse, first_cha
 
 __all__ = ["MATRIX_PRODUCTS", "Refuse", "call", "fresh_generator", "fresh_random", "matrix_product", "run_checker"]
 
-# What an exception usually means in a learner's answer, when the checker has no more precise hint.
+# What an exception says about a learner's answer, when the checker has no more precise hint: where it happened,
+# not a guess at its cause (a checker names a cause only when the answer's outputs match it).
 _HINTS = {
-    ZeroDivisionError: "a division by zero: find the case where the divisor can be 0 and handle it first",
+    ZeroDivisionError: "a division by zero: some divisor in your code is 0 for this input; if the statement's "
+                       "formula is defined here, that divisor is not the one the formula has",
     IndexError: "an index out of range: check the loop bounds and the sizes you index with",
     KeyError: "a key that is not in the dict: check which keys you look up",
     TypeError: "an argument of the wrong type or number: print the types of what you pass "

@@ -126,6 +126,9 @@ def _check_masked_softmax(masked_softmax) -> None:
         assert_close(result.to(expected.dtype), expected, atol=1e-6, rtol=1e-5, msg=lambda m: (
             "masked_softmax differs from softmax(scores.masked_fill(mask, -inf), dim=-1) on the rows that are not "
             f"fully masked: {m}"))
+        assert result.dtype == scores.dtype, (
+            f"masked_softmax on {scores.dtype} scores {tuple(scores.shape)}: the right values, but in {result.dtype}; "
+            f"the weights keep the scores' dtype (softmax does): no .float() or .to(...) on the way")
 
 
 def check_masked_softmax(your_function) -> None:

@@ -7,7 +7,7 @@ import torch
 
 from transformer_lib.data import token_batches
 from transformer_lib.exercises import call, fresh_random, run_checker
-from transformer_lib.exercises.explain import name_difference, what_it_is
+from transformer_lib.exercises.explain import name_difference, name_slip, what_it_is
 from transformer_lib.exercises.guards import equal
 
 # Lengths (source, target) in tokens, chosen so that the real-token and the padded-token rules differ.
@@ -178,10 +178,57 @@ def _check_mask_on(fn, tgt_in: torch.Tensor, pad: int) -> None:
         "mask padding KEYS (the last axis, columns), for every query; queries at padding may stay as they are")
 
 
+def _mask_variant(case, causal: str = "later", padding: str = "keys", pad_value: str = "pad_id",
+                  combine: str = "or") -> torch.Tensor:
+    """The reference mask with each of its parts a knob: which keys the causal part blocks, where the padding
+    goes (keys, queries, the real keys), what counts as padding, and how the two parts are combined."""
+    tgt_in, pad = case
+    T = tgt_in.size(1)
+    t, j = torch.arange(T)[:, None], torch.arange(T)[None, :]                  # (T, 1) queries, (1, T) keys
+    blocked = {"later": j > t, "earlier": j < t, "later and itself": j >= t,
+               "none": torch.zeros(T, T, dtype=torch.bool)}                          # (T, T)
+    is_pad = tgt_in == (pad if pad_value == "pad_id" else 0)                      # (B, T)
+    padded = {"keys": is_pad[:, None, :], "queries": is_pad[:, :, None], "real keys": ~is_pad[:, None, :],
+              "none": torch.zeros_like(is_pad)[:, None, :]}
+    return blocked[causal] | padded[padding] if combine == "or" else blocked[causal] & padded[padding]
+
+
+_MASK_SLIPS = {
+    "the causal part is transposed: query t (row) may not see LATER keys j > t; your mask blocks the earlier keys "
+    "j < t": {"causal": "earlier"},
+    "a position may attend to itself: the diagonal of a real token must be False (block keys j > t, not j ≥ t)":
+        {"causal": "later and itself"},
+    "the causal part is missing: key j > query t is True in every row, padding or not": {"causal": "none"},
+    "you masked padding QUERIES (rows); mask padding KEYS (the last axis, columns): (tgt_in == pad_id)[:, None, :]":
+        {"padding": "queries"},
+    "you masked the keys that are real tokens; mask those that ARE padding: (tgt_in == pad_id)[:, None, :]":
+        {"padding": "real keys"},
+    "padding is not masked: keys whose token is pad_id must be True in every row": {"padding": "none"},
+    "you masked the keys whose token is 0: compare with the pad_id argument, (tgt_in == pad_id), not with a fixed 0":
+        {"pad_value": "0"},
+    "combine the two masks with | (or): a key is blocked if it is in the future OR padding; & blocks only keys "
+    "that are both": {"combine": "and"},
+}
+
+
 def check_target_mask(your_function) -> None:
     """`your_function(tgt_in (B, T), pad_id)` -> bool (B, T, T), True where query t may NOT attend key j."""
     __tracebackhide__ = True                 # IPython and pytest show the message, not this frame
     def _check(fn):
-        for tgt_in, pad in _mask_cases():
-            _check_mask_on(fn, tgt_in, pad)
+        cases, outputs = _mask_cases(), []
+        for tgt_in, pad in cases:
+            got = call(fn, tgt_in, pad, on=f"tgt_in of shape (B, T) = {tuple(tgt_in.shape)} with pad_id={pad}")
+            outputs.append(got)
+            same = isinstance(got, torch.Tensor) and got.shape == (tgt_in.size(0), tgt_in.size(1), tgt_in.size(1)) \
+                and got.dtype == torch.bool
+            if not same:
+                _check_mask_on(lambda *a: got, tgt_in, pad)                        # says what is wrong with it
+        if all(equal(got, _target_mask(*case)) for got, case in zip(outputs, cases)):
+            return
+        slip = name_slip(outputs, cases, _mask_variant, _MASK_SLIPS, equal)
+        if slip:
+            tgt_in, pad = next(case for got, case in zip(outputs, cases) if not equal(got, _target_mask(*case)))
+            raise AssertionError(f"tgt_in {tuple(tgt_in.shape)}, pad_id={pad}: {slip}")
+        for got, (tgt_in, pad) in zip(outputs, cases):
+            _check_mask_on(lambda *a, got=got: got, tgt_in, pad)
     run_checker("causal and padding mask of the target", your_function, _check)

@@ -7,8 +7,9 @@ from transformer_lib.exercises import Refuse, call, fresh_generator, run_checker
 from transformer_lib.exercises.explain import name_difference, what_it_is
 from transformer_lib.exercises.guards import equal
 
-_NO_TRIU = [Refuse(name, "build the mask without torch.triu (or subsequent_mask, which uses it): compare a column of "
-                   "query positions with a row of key positions made by torch.arange") for name in ("triu", "triu_")]
+_NO_TRIU = [Refuse(name, "build the mask without torch.triu or torch.tril (or subsequent_mask, which uses triu): "
+                   "compare a column of query positions with a row of key positions made by torch.arange")
+            for name in ("triu", "triu_", "tril", "tril_", "triu_indices", "tril_indices")]
 _NO_TRIU.append(Refuse(subsequent_mask, _NO_TRIU[0].message))
 
 

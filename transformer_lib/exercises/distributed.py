@@ -15,7 +15,7 @@ import torch
 
 from transformer_lib.distributed import shard_batches
 from transformer_lib.exercises import Refuse, call, fresh_random, run_checker
-from transformer_lib.exercises.explain import name_difference, what_it_is
+from transformer_lib.exercises.explain import name_difference, name_slip, what_it_is
 from transformer_lib.exercises.guards import allclose, assert_close
 
 _NO_SHARD_BATCHES = [Refuse(shard_batches, "shard_batches is the course's own function, the one this exercise asks "
@@ -96,6 +96,7 @@ class _Ring:
         self.condition = threading.Condition()
         self.inbox = [deque() for _ in range(world_size)]
         self.sent = [[] for _ in range(world_size)]       # numel of each message, per sender
+        self.log = [[] for _ in range(world_size)]        # a copy of each message, per sender
         self.received = [0] * world_size
         self.running, self.waiting, self.failure = world_size, set(), None
 
@@ -105,6 +106,7 @@ class _Ring:
         with self.condition:
             self.inbox[(rank + 1) % self.world_size].append(tensor.detach().clone())   # the wire copies
             self.sent[rank].append(tensor.numel())
+            self.log[rank].append(self.inbox[(rank + 1) % self.world_size][-1])
             self.condition.notify_all()
 
     def recv(self, rank: int) -> torch.Tensor:
@@ -199,6 +201,109 @@ def _contributions(value: float, world_size: int) -> dict[int, float]:
     return counts
 
 
+def _ring_variant(tensors: list[torch.Tensor], rs_send: int = 0, rs_add: int = -1, ag_send: int = 1, ag_recv: int = 0,
+                  scatter: str = "add", gather: str = "overwrite") -> list[torch.Tensor]:
+    """The reference ring, every rank in lockstep, each index of its schedule a knob (an offset from the right one);
+    returns every rank's result and the messages each rank sent (two schedules can give the same results but not
+    the same messages):
+    reduce-scatter step s, rank r sends chunk (r + rs_send − s) mod N and adds (`scatter`) what it receives to chunk
+    (r + rs_add − s) mod N; all-gather step s, it sends chunk (r + ag_send − s) and writes (`gather`) into (r + ag_recv − s)."""
+    n = len(tensors)
+    chunks = [list(t.clone().tensor_split(n)) for t in tensors]
+    log = [[] for _ in range(n)]                                     # what each rank sent, in order
+    for send, into, how in ((rs_send, rs_add, scatter), (ag_send, ag_recv, gather)):
+        for s in range(n - 1):
+            messages = [chunks[r][(r + send - s) % n] for r in range(n)]
+            for r in range(n):
+                log[r].append(messages[r])
+                c, received = (r + into - s) % n, messages[(r - 1) % n]
+                chunks[r][c] = received.clone() if how == "overwrite" else chunks[r][c] + received
+    return [torch.cat(rank_chunks) for rank_chunks in chunks], log
+
+
+def _ring_slips() -> dict[str, dict]:
+    rule_scatter = ("In reduce-scatter step s, rank r sends chunk (r − s) mod N and adds what it receives to chunk "
+                    "(r − 1 − s) mod N, the one its left neighbour sent")
+    rule_gather = ("After the reduce-scatter rank r holds the full sum of chunk (r + 1) mod N; in all-gather step s it "
+                   "sends chunk (r + 1 − s) mod N, the finished one, and overwrites chunk (r − s) mod N with what it "
+                   "receives")
+    slips = {}
+    for k, sent, added, gathered in ((-1, "r − 1 − s", "r − 2 − s", "r − s"), (1, "r + 1 − s", "r − s", "r + 2 − s")):
+        slips[f"in the reduce-scatter, rank r sends chunk ({sent}) mod N, one step off. {rule_scatter}"] = {"rs_send": k}
+        slips[f"in the reduce-scatter, rank r adds what it receives to chunk ({added}) mod N, not to the one its left "
+              f"neighbour sent. {rule_scatter}"] = {"rs_add": -1 + k}
+        slips[f"in the all-gather, rank r sends chunk ({gathered}) mod N, not the finished one it holds (or has just "
+              f"received). {rule_gather}"] = {"ag_send": 1 + k}
+        slips[f"in the all-gather, rank r writes what it receives into chunk ({sent}) mod N, not into the one its left "
+              f"neighbour sent. {rule_gather}"] = {"ag_recv": k}
+    slips["in the all-gather the receiver OVERWRITES its copy of the finished chunk, it does not add to it"] = \
+        {"gather": "add"}
+    slips["in the reduce-scatter the receiver ADDS what it receives to its own chunk; you overwrote the chunk, which "
+          f"loses this rank's share. {rule_scatter}"] = {"scatter": "overwrite"}
+    return slips
+
+
+def _name_ring_slip(fn, tensors: list[torch.Tensor], results: list, ring_log: list,
+                    generator: torch.Generator) -> str | None:
+    """The slip of the schedule that gives the learner's results on this case and on random ones of other sizes
+    (random values: every chunk differs from the others, so a wrong chunk index shows)."""
+    cases = [tensors] + [[torch.randn(k, generator=generator, dtype=torch.float64) for _ in range(m)]
+                         for m, k in ((3, 9), (4, 8), (5, 10), (3, 7))]
+    outputs = [(results, ring_log)] + _ring_outputs(fn, cases[1:])
+
+    def variant(case, **knobs):
+        try:
+            return _ring_variant(case, **knobs)
+        except RuntimeError:                         # chunks of other sizes added: the learner's ring fails too
+            return None
+    return name_slip(outputs, cases, variant, _ring_slips(), _same_results, pairs=False)
+
+
+def _ring_outputs(fn, cases: list[list[torch.Tensor]]) -> list:
+    """The learner's results and messages on each case (None where the ring failed or raised)."""
+    outputs = []
+    for tensors in cases:
+        try:
+            results, ring = _run_ring(fn, tensors)
+            outputs.append((results, ring.log))
+        except AssertionError:
+            outputs.append(None)
+    return outputs
+
+
+def _same_results(got, wrong) -> bool:
+    if got is None or wrong is None:
+        return got is None and wrong is None
+
+    def same(a, b) -> bool:
+        return torch.is_tensor(a) and a.shape == b.shape and bool(allclose(a.double(), b.double()))
+    (results, log), (wrong_results, wrong_log) = got, wrong
+    return (len(results) == len(wrong_results) and all(map(same, results, wrong_results))
+            and all(len(mine) == len(theirs) and all(map(same, mine, theirs)) for mine, theirs in zip(log, wrong_log)))
+
+
+def _where_the_ring_goes_wrong(ring: _Ring, tensors: list[torch.Tensor], results: list) -> str:
+    """With rank r's input 10^r everywhere, read which ranks each message sums: the first one that no valid
+    schedule sends (step s of the reduce-scatter sums s + 1 ranks once each, the all-gather all N)."""
+    n = len(tensors)
+    for step in range(2 * (n - 1)):
+        for rank in range(n):
+            message = ring.log[rank][step]
+            gather = step >= n - 1
+            want = n if gather else step + 1
+            for value in message.flatten().tolist():
+                counts = _contributions(value, n)
+                if sorted(counts.values()) != [1] * want:
+                    phase = (f"all-gather step {step - n + 1}" if gather else f"reduce-scatter step {step}")
+                    what = ("a finished chunk, the sum of all N ranks" if gather else
+                            f"a partial sum of {want} ranks' inputs, each once")
+                    before = " (the reduce-scatter before it was right)" if gather else ""
+                    return (f"the first message that goes wrong is rank {rank}'s in {phase}{before}: it sums ranks "
+                            f"{counts} (rank: times added), where every message of that step carries {what}")
+    return ("every message the ranks sent is right, but the chunks are put together wrongly: each received chunk "
+            "goes back to its own place, the one its sender took it from")
+
+
 def _check_ring(fn) -> None:
     generator = torch.Generator().manual_seed(0)
     rng = fresh_random()
@@ -238,19 +343,19 @@ def _check_ring(fn) -> None:
                 if world_size > 1 and allclose(result, total / world_size):
                     raise AssertionError("you returned the mean; an all-reduce SUMs (DDP divides by the number of "
                                          "ranks itself, once)")
+                said = f"{where}, rank {rank}: not the sum of the ranks' tensors"
                 if tagged:
                     wrong = next(i for i in range(length) if result[i] != total[i])
                     counts = _contributions(float(result[wrong]), world_size)
-                    if any(count > 1 for count in counts.values()):
-                        raise AssertionError(
-                            f"{where}: element {wrong} of rank {rank} adds some ranks' inputs twice ({counts}, rank: "
-                            "times added); in the all-gather the receiver OVERWRITES its copy of the finished chunk, "
-                            "it does not add to it")
-                    raise AssertionError(
-                        f"{where}: element {wrong} of rank {rank} sums the inputs of ranks {sorted(counts)} only, "
-                        f"not all {world_size}. In reduce-scatter step s, rank r sends chunk (r − s) mod N and adds "
-                        "what it receives to chunk (r − 1 − s) mod N, the one its left neighbour sent; after N − 1 "
-                        "steps it holds the full sum of chunk (r + 1) mod N, which the all-gather passes on")
+                    said = (f"{where}: element {wrong} of rank {rank} adds some ranks' inputs twice ({counts}, rank: "
+                            "times added)" if any(count > 1 for count in counts.values()) else
+                            f"{where}: element {wrong} of rank {rank} sums the inputs of ranks {sorted(counts)} only, "
+                            f"not all {world_size}")
+                slip = _name_ring_slip(fn, tensors, results, ring.log, generator)
+                if slip:
+                    raise AssertionError(f"{said}: {slip}")
+                if tagged:
+                    raise AssertionError(f"{said}; {_where_the_ring_goes_wrong(ring, tensors, results)}")
                 name_difference(result, total, f"{where}, rank {rank}: ", "; every rank returns the sum of all ranks' tensors")
                 assert_close(result, total, msg=lambda m: f"{where}, rank {rank}: not the sum of the "
                                            f"ranks' tensors. {m}")

@@ -149,6 +149,11 @@ def _check_scaled_with(module_class, vocab_size: int, d_model: int, generator: t
         "unit-variance entries, the same order of size as the positional encodings (RMS 1/√2) they are added to")
     out_std = out.std().item()
     assert abs(out_std - 1) < 0.1, f"the outputs should have std close to 1, got {out_std:.3f}"
+    extra = [(name, tuple(p.shape)) for name, p in module.named_parameters() if p.requires_grad and p is not table]
+    assert not extra, (
+        f"the right outputs, but your module trains more than the table: {', '.join(f'{n} {s}' for n, s in extra)}. "
+        "The table is the layer's only parameter; the scale sqrt(d_model) is a constant computed from d_model "
+        "(a Python number, or a buffer), not an nn.Parameter, which the optimizer would move away from sqrt(d_model)")
 
 
 def check_scaled_embedding(module_class) -> None:

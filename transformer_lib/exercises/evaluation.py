@@ -107,7 +107,8 @@ CASES = [("the the the the the the the", "the cat is on the mat"),        # Papi
          ("", "the cat sat"),
          ("the the cat", "the the cat sat"),                                # a repeated word inside an n-gram
          ("The cat saw the Cat", "the cat saw The cat"),                    # BLEU is cased: The ≠ the
-         ("cat the on mat the", "the cat on the mat")]                      # the right words in another order
+         ("cat the on mat the", "the cat on the mat"),                      # the right words in another order
+         ("a tall man", "at all man")]                                      # ('a', 'tall') ≠ ('at', 'all')
 
 
 def _fresh_cases() -> list[tuple[str, str]]:
@@ -150,6 +151,10 @@ def _check_precision(your_function) -> None:
     if got[0] != expected[0] and (matches_are(lambda gram: tuple(sorted(gram))) or matches_are(frozenset)):
         hint = (" Your n-grams lost their word order (a set, frozenset or sorted tuple): 'cat the' is not 'the cat'."
                 " Key each n-gram by the tuple of its words in order, tuple(words[i:i + n])")
+    elif got[0] != expected[0] and matches_are("".join):
+        hint = (" Your n-grams joined their words without a separator, so different n-grams became one key: "
+                "('a', 'tall') and ('at', 'all') both give 'atall'. Key each n-gram by the tuple of its words, "
+                "tuple(words[i:i + n])")
     elif got[0] != expected[0] and all(g[0] == _reference_occurrences(h.split(), r.split(), n) for h, r, n, _, g in results):
         hint = (" You counted how often each hypothesis n-gram occurs in the REFERENCE; a match count is "
                 "min(count in the hypothesis, count in the reference): 'the mat' against 'the cat sat on the mat' "

@@ -35,9 +35,17 @@ def what_it_is(value) -> str:
                                                                 else "")
 
 
+def _reduced_precision(value) -> bool:
+    """A NumPy float of fewer than 64 bits (np.float32, np.float16): a number, but one that rounds at 7 (or 3)
+    digits, as a float32 tensor does."""
+    return (isinstance(value, numbers.Real) and not isinstance(value, (int, float))
+            and getattr(getattr(value, "dtype", None), "kind", "") == "f" and value.dtype.itemsize < 8)
+
+
 def is_number(value) -> bool:
-    """A Python (or NumPy) number, not a bool and not a tensor."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    """A Python number, or a NumPy one as precise (np.float64 is a float, np.int64 an integer); not a bool, a
+    tensor, or a np.float32 / np.float16, which round at 7 (3) digits."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and not _reduced_precision(value)
 
 
 def is_int(value) -> bool:
@@ -51,6 +59,8 @@ def number_expected(value, where: str, kind: str = "number") -> None:
     if (is_int if kind == "int" else is_number)(value):
         return
     fix = ("turn a one-element tensor into a number with .item()" if isinstance(value, Tensor) and value.numel() == 1
+           else f"it keeps only {7 if value.dtype.itemsize == 4 else 3} significant digits: compute with Python floats "
+                "(math, not NumPy's float32), or return float(...) of a float64" if _reduced_precision(value)
            else "compute it with Python numbers (math, not torch)")
     if kind == "int" and is_number(value):
         fix = "count with ints (// or int(...)), not floats"

@@ -151,18 +151,18 @@ def check_count_parameters(your_function) -> None:
 def _reference_copy_batch(src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     n = src.size(0)
     lengths = (src != PAD).sum(1)
-    labels = torch.cat([src, torch.full((n, 1), PAD)], dim=1)                  # (B, L + 1)
+    labels = torch.cat([src, torch.full((n, 1), PAD, dtype=src.dtype)], dim=1)  # (B, L + 1)
     labels[torch.arange(n), lengths] = EOS                                     # <eos> right after the symbols
-    tgt_in = torch.cat([torch.full((n, 1), BOS), labels[:, :-1]], dim=1)       # shifted right
+    tgt_in = torch.cat([torch.full((n, 1), BOS, dtype=src.dtype), labels[:, :-1]], dim=1)  # shifted right
     return tgt_in.masked_fill(tgt_in == EOS, PAD), labels
 
 
 def _copy_sources() -> list[torch.Tensor]:
-    """The fixed batch, then one drawn afresh (other sizes, lengths and symbols on every call)."""
+    """The fixed batch (int64), then one drawn afresh in int32 (other sizes, lengths, symbols and dtype)."""
     fixed = torch.tensor([[5, 9, 3, 0, 0], [7, 4, 11, 12, 6], [8, 0, 0, 0, 0]])
     rng = fresh_random()
     B, L = rng.randint(4, 7), rng.randint(6, 10)                          # never the fixed batch's shape
-    drawn = torch.zeros(B, L, dtype=torch.long)
+    drawn = torch.zeros(B, L, dtype=torch.int32)                          # the statement: outputs of src's dtype
     for row in drawn:
         n = rng.randint(1, L)
         row[:n] = torch.tensor([rng.randint(3, 20) for _ in range(n)])
@@ -195,6 +195,10 @@ def _check_copy_on(copy_batch, src: torch.Tensor) -> None:
     for name, t in [("decoder input", tgt_in), ("labels", labels)]:
         assert isinstance(t, torch.Tensor) and t.shape == (B, L + 1), \
             f"the {name} must be a tensor of shape (B, L + 1) = {(B, L + 1)}, got {getattr(t, 'shape', t)}"
+        assert t.dtype == src.dtype or t.dtype.is_floating_point or t.dtype == torch.bool, (
+            f"the {name} have dtype {t.dtype} for a src of dtype {src.dtype}: both outputs keep src's dtype, as the "
+            "statement asks; build them with dtype=src.dtype (torch.full, torch.zeros) rather than a fixed "
+            f"{t.dtype}, and no .long() on src")
         assert t.dtype == src.dtype, (f"the {name} have dtype {t.dtype}; they are token ids, integers like src "
                                       f"({src.dtype}): an embedding and the loss need them so. Build them from "
                                       "src (torch.full(..., dtype=src.dtype), torch.cat) without a float on the way")
@@ -220,7 +224,7 @@ def _check_copy_on(copy_batch, src: torch.Tensor) -> None:
     assert (labels == EOS).sum(1).eq(1).all(), \
         f"each label row needs exactly one <eos> = 2 after the symbols, got\n{labels}"
     assert not (tgt_in == EOS).any(), "<eos> is never fed to the decoder: replace it by <pad> in the decoder input"
-    at_row_end = torch.cat([src, torch.full((B, 1), EOS)], dim=1)
+    at_row_end = torch.cat([src, torch.full((B, 1), EOS, dtype=src.dtype)], dim=1)
     if equal(labels, at_row_end):
         raise AssertionError("<eos> must come right after each sentence's last symbol, not at the end of the "
                              "padded row: labels[b, length_b] = 2, then <pad>")

@@ -10,7 +10,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_lib.exercises import Refuse, call, fresh_random, run_checker
-from transformer_lib.exercises.explain import is_number, name_difference, number_expected, regime, what_it_is, where_wrong
+from transformer_lib.exercises.explain import (is_number, name_difference, name_slip, number_expected, regime, what_it_is,
+                                              where_wrong)
 from transformer_lib.training import LabelSmoothingLoss, cooldown_factor, noam_lr
 from transformer_lib.exercises.guards import allclose, assert_close, isclose
 
@@ -353,12 +354,87 @@ def check_gradient_accumulation(your_function) -> None:
     run_checker("gradient accumulation", your_function, _check)
 
 
+_D_MODEL, _WARMUP = 128, 200          # the cooldown checker's eq. 3 (d_model ≠ warmup_steps: a swap shows)
+
+
+def _ramp(progress: float, cooldown: float, shape: str) -> float:
+    """The cooldown ramp (`shape` "linear", the right one) and the shapes it is usually mistaken for."""
+    p, c = progress, cooldown
+    return {"linear": lambda: min(1.0, max(0.0, (1 - p) / c)), "from the start": lambda: 1 - p,
+            "uncapped": lambda: (1 - p) / c, "none": lambda: 1.0, "rising": lambda: min(1.0, p / c),
+            "over 1 - c": lambda: min(1.0, (1 - p) / (1 - c)), "times c": lambda: min(1.0, (1 - p) * c),
+            "first share": lambda: max(0.0, min(1.0, 1 - p / c)),
+            "cosine": lambda: 0.5 * (1 - math.cos(math.pi * min(1.0, max(0.0, (1 - p) / c))))}[shape]()
+
+
+def _cooled_variant(case, base: tuple = ("step", "d", "w"), factor: float = 1.0, shape: str = "linear",
+                    power: float = 1.0, floor: float = 0.0) -> float:
+    """The reference noam_lr(step, d_model, warmup_steps) · ramp with each step a knob: `base` names the arguments
+    given to noam_lr in order (a slot left out keeps its default; "w as factor" passes warmup as `factor`)."""
+    cooldown, step, progress = case
+    values = {"step": step, "d": _D_MODEL, "w": _WARMUP}
+    rate = (noam_lr(step, _D_MODEL, 4000, _WARMUP) if base == ("w as factor",)
+            else noam_lr(*(values[name] for name in base)))
+    return factor * rate * (floor + (1 - floor) * _ramp(progress, cooldown, shape) ** power)
+
+
+_RAMP_RULE = "min(1, (1 − progress) / cooldown): 1 until the last `cooldown` share of the run, then linearly to 0"
+_COOLDOWN_SLIPS = {
+    "your ramp starts at the beginning of the run; it must stay at 1 until the last `cooldown` share: "
+    "min(1, (1 − progress) / cooldown)": {"shape": "from the start"},
+    "cap the ramp at 1: before the cooldown the rate is eq. 3 unchanged, min(1, (1 − progress) / cooldown)":
+        {"shape": "uncapped"},
+    "your rate is eq. 3 unchanged; over the last `cooldown` share of the run multiply it by (1 − progress) / "
+    "cooldown, which reaches 0 at the end": {"shape": "none"},
+    "your ramp rises with progress; it must fall to 0 at progress 1: use 1 − progress": {"shape": "rising"},
+    "you divided by 1 − cooldown; the ramp covers the last `cooldown` share of the run, so divide by cooldown: "
+    "min(1, (1 − progress) / cooldown)": {"shape": "over 1 - c"},
+    "you multiplied (1 − progress) by cooldown; divide by it, so that the ramp is 1 where the cooldown starts: "
+    "min(1, (1 − progress) / cooldown)": {"shape": "times c"},
+    "your ramp 1 − progress / cooldown falls during the FIRST `cooldown` share of the run (and stays 0 after); it "
+    f"falls during the last one: {_RAMP_RULE}": {"shape": "first share"},
+    f"that is a cosine ramp; the exercise's ramp falls LINEARLY to 0: {_RAMP_RULE}": {"shape": "cosine"},
+    "your ramp is a square root; the exercise's ramp falls LINEARLY: min(1, (1 − progress) / cooldown)": {"power": 0.5},
+}
+# noam_lr called with its arguments in other places: every order of (step, d_model, warmup_steps), one left out
+# (its default), or warmup_steps given as `factor`.
+_ARGUMENTS = {"step": "step", "d": "d_model", "w": "warmup_steps"}
+for _order in [("step", "w", "d"), ("d", "step", "w"), ("d", "w", "step"), ("w", "step", "d"), ("w", "d", "step"),
+               ("step", "d"), ("step",), ("w as factor",)]:
+    _call = ("noam_lr(step, d_model, 4000, warmup_steps)" if _order == ("w as factor",) else
+             f"noam_lr({', '.join(_ARGUMENTS[name] for name in _order)})")
+    _COOLDOWN_SLIPS[f"the ramp is right, but your eq. 3 is {_call}: the arguments are noam_lr(step, d_model, "
+                    f"warmup_steps), in that order (its 4th, `factor`, is 1)"] = {"base": _order}
+
+
+def _fitted_cooldown_slips(cases: list, got: list[float]) -> dict[str, dict]:
+    """Slips with a number in them, the number read from the learner's answer: a constant factor on the rate
+    (from a case before the cooldown), a ramp that ends above 0 (from progress = 1), a ramp raised to a power
+    (from a case inside the cooldown). name_slip then checks each on every case."""
+    slips = {}
+    for (cooldown, step, progress), value in zip(cases, got):
+        noam, ramp = noam_lr(step, _D_MODEL, _WARMUP), _ramp(progress, cooldown, "linear")
+        if ramp == 1 and "factor" not in slips and not isclose(value, noam, rel_tol=1e-9):
+            k = value / noam
+            slips[f"your rate is {k:.4g} times the right one at every step: drop the extra factor, "
+                  f"noam_lr(step, d_model, warmup_steps) · {_RAMP_RULE}"] = {"factor": k}
+        if ramp == 0 and "floor" not in slips and not isclose(value, 0.0, abs_tol=1e-15):
+            a = value / noam
+            slips[f"your ramp ends at {a:.4g} (the rate at progress = 1 is {a:.4g} times eq. 3), not at 0: "
+                  f"{_RAMP_RULE}"] = {"floor": a}
+        if 0 < ramp < 1 and "power" not in slips and value > 0 and not isclose(value, noam * ramp, rel_tol=1e-9):
+            q = math.log(value / noam) / math.log(ramp)
+            slips[f"your ramp falls as min(1, (1 − progress) / cooldown) to the power {q:.4g}; it falls LINEARLY: "
+                  f"{_RAMP_RULE}"] = {"power": q}
+    return slips
+
+
 def check_cooldown(your_function) -> None:
     """`your_function(step, progress, d_model, warmup_steps, cooldown)` -> eq. 3 at `step` times the linear
     cooldown ramp min(1, (1 − progress) / cooldown) (1 before the last `cooldown` share of the run, 0 at its end)."""
     __tracebackhide__ = True                 # IPython and pytest show the message, not this frame
     def _check(fn):
-        d_model, warmup = 128, 200
+        d_model, warmup = _D_MODEL, _WARMUP
         rng = fresh_random()
         drawn = round(rng.uniform(0.05, 0.95), 3)
         cases = [(cooldown, step, progress) for cooldown in (0.25, 0.5) for step, progress in (
@@ -366,52 +442,41 @@ def check_cooldown(your_function) -> None:
         cases += [(0.2, 320, 0.8)]                                         # the boundary: the ramp is still 1
         cases += [(0.8, 100, 0.1), (0.8, 200, 0.4)]                        # a cooldown that starts before mid-run
         cases += [(drawn, rng.randint(1, 1000), p) for p in (rng.random(), 1 - drawn / 2, 1 - drawn)]
+        answers = []
         for cooldown, step, progress in cases:
-            noam = noam_lr(step, d_model, warmup)
-            expected = noam * cooldown_factor(progress, cooldown)
             got = call(fn, step, progress, d_model, warmup, cooldown, on=f"step={step}, progress={progress}, "
                        f"d_model={d_model}, warmup_steps={warmup}, cooldown={cooldown}", refuse=_NO_COOLDOWN_FACTOR)
-            assert isinstance(got, (int, float)) or (torch.is_tensor(got) and got.numel() == 1), \
-                f"return a number, got {what_it_is(got)}"
-            if isclose(float(got), expected, rel_tol=1e-6, abs_tol=1e-12):
+            assert isinstance(got, (int, float)) or (torch.is_tensor(got) and got.numel() == 1) or (
+                hasattr(got, "__float__") and getattr(got, "ndim", 0) == 0), f"return a number, got {what_it_is(got)}"
+            answers.append(got)
+        values = [float(got) for got in answers]
+        right = [isclose(value, _cooled_variant(case), rel_tol=1e-6, abs_tol=1e-12)
+                 for value, case in zip(values, cases)]
+        if all(right):
+            for (cooldown, step, progress), got in zip(cases, answers):
                 number_expected(got, f"cooled_rate has the right value at step={step}, progress={progress}")
-                continue
-            where = f"step={step}, progress={progress}, cooldown={cooldown}"
-            if isclose(float(got), noam * (1 - progress), rel_tol=1e-6, abs_tol=1e-12):
-                raise AssertionError(f"{where}: your ramp starts at the beginning of the run; it must stay at 1 "
-                                     "until the last `cooldown` share: min(1, (1 − progress) / cooldown)")
-            if isclose(float(got), noam * (1 - progress) / cooldown, rel_tol=1e-6, abs_tol=1e-12):
-                raise AssertionError(f"{where}: cap the ramp at 1: before the cooldown the rate is eq. 3 "
-                                     "unchanged, min(1, (1 − progress) / cooldown)")
-            if isclose(float(got), noam, rel_tol=1e-6):
-                raise AssertionError(f"{where}: your rate is eq. 3 unchanged; over the last `cooldown` share of "
-                                     "the run multiply it by (1 − progress) / cooldown, which reaches 0 at the end")
-            if isclose(float(got), noam * min(1.0, progress / cooldown), rel_tol=1e-6, abs_tol=1e-12):
-                raise AssertionError(f"{where}: your ramp rises with progress; it must fall to 0 at "
-                                     "progress 1: use 1 − progress")
-            if isclose(float(got), noam * min(1.0, (1 - progress) / (1 - cooldown)), rel_tol=1e-6, abs_tol=1e-12):
-                raise AssertionError(f"{where}: you divided by 1 − cooldown; the ramp covers the last `cooldown` "
-                                     "share of the run, so divide by cooldown: min(1, (1 − progress) / cooldown)")
-            ramp = min(1.0, (1 - progress) / cooldown)
-            if progress == 1.0 and not isclose(float(got), 0.0, abs_tol=1e-12):
-                raise AssertionError(f"{where}: at the end of the run (progress = 1) the rate must be 0: the ramp "
-                                     "(1 − progress) / cooldown reaches 0 there")
-            if isclose(float(got), noam * min(1.0, (1 - progress) * cooldown), rel_tol=1e-6, abs_tol=1e-12):
-                raise AssertionError(f"{where}: you multiplied (1 − progress) by cooldown; divide by it, so that the "
-                                     "ramp is 1 where the cooldown starts: min(1, (1 − progress) / cooldown)")
-            if isclose(float(got), noam * ramp ** 0.5, rel_tol=1e-6, abs_tol=1e-12):
-                raise AssertionError(f"{where}: your ramp is a square root; the exercise's ramp falls LINEARLY: "
-                                     "min(1, (1 − progress) / cooldown)")
-            if isclose(float(got), noam * 0.5 * (1 - math.cos(math.pi * ramp)), rel_tol=1e-6, abs_tol=1e-12):
-                raise AssertionError(f"{where}: that is a cosine ramp; the exercise's ramp falls LINEARLY to 0: "
-                                     "min(1, (1 − progress) / cooldown)")
-            answers = [float(call(fn, s_, p_, d_model, warmup, c_, on=f"step={s_}, progress={p_}, cooldown={c_}"))
-                       for c_, s_, p_ in cases]
-            said = regime(cases, [isclose(a, noam_lr(s_, d_model, warmup) * cooldown_factor(p_, c_), rel_tol=1e-6,
-                                               abs_tol=1e-12) for a, (c_, s_, p_) in zip(answers, cases)],
-                          lambda c: "before the cooldown" if c[2] <= 1 - c[0] else "at the end (progress = 1)"
-                          if c[2] == 1 else "during the cooldown")
-            raise AssertionError(f"{where}: expected {expected:.6g}, got {float(got):.6g}" + (
-                f"; your rate is {said}" if said else "") + "; the rate is noam_lr(step) · min(1, (1 − progress) / "
-                "cooldown): eq. 3 unchanged before the last `cooldown` share, then falling linearly to 0")
+            return
+        i = right.index(False)
+        (cooldown, step, progress), value = cases[i], values[i]
+        expected = _cooled_variant(cases[i])
+        where = f"step={step}, progress={progress}, cooldown={cooldown}"
+        slips = _COOLDOWN_SLIPS | _fitted_cooldown_slips(cases, values)
+        same = lambda got, wrong: isclose(got, wrong, rel_tol=1e-6, abs_tol=1e-12)      # noqa: E731
+        slip = name_slip(values, cases, _cooled_variant, slips, same, pairs=False)
+        if slip:
+            raise AssertionError(f"{where}: expected {expected:.6g}, got {value:.6g}: {slip}")
+        wrong = [j for j, ok in enumerate(right) if not ok]      # a slip made only in some cases: it explains each
+        slip = next((message for message, knobs in slips.items()
+                     if all(same(values[j], _cooled_variant(cases[j], **knobs)) for j in wrong)), None)
+        if slip:
+            raise AssertionError(f"{where}: expected {expected:.6g}, got {value:.6g}, right in {sum(right)} of the "
+                                 f"{len(cases)} cases; in the {len(wrong)} others: {slip}")
+        if progress == 1.0 and not isclose(value, 0.0, abs_tol=1e-12):
+            raise AssertionError(f"{where}: at the end of the run (progress = 1) the rate must be 0: the ramp "
+                                 "(1 − progress) / cooldown reaches 0 there")
+        said = regime(cases, right, lambda c: "before the cooldown" if c[2] <= 1 - c[0] else
+                      "at the end (progress = 1)" if c[2] == 1 else "during the cooldown")
+        raise AssertionError(f"{where}: expected {expected:.6g}, got {value:.6g}" + (
+            f"; your rate is {said}" if said else "") + "; the rate is noam_lr(step) · min(1, (1 − progress) / "
+            "cooldown): eq. 3 unchanged before the last `cooldown` share, then falling linearly to 0")
     run_checker("the cooldown", your_function, _check)
