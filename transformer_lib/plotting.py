@@ -167,10 +167,12 @@ def plot_alignment(alignment, source_words: list[str], target_words: list[str],
     return fig
 
 
-def draw_allreduce(gradients, title: str = "all-reduce: every rank gets the mean gradient"):
+def draw_allreduce(gradients,
+                   title: str = "the all-reduce sums the $g_r$, DDP divides by N:\nevery rank gets the mean $\\bar g$"):
     """Notebook 14's picture of data parallelism: `gradients` (N, 2), one 2-d gradient per rank.
     On top, the ranks' gradients and their mean as arrows; below, the ranks sending their gradient
-    to the all-reduce and all receiving the same mean. Returns the figure."""
+    to the all-reduce, which sums them, and all receiving the same mean once DDP has divided by N.
+    Returns the figure."""
     import torch
 
     gradients = torch.as_tensor(gradients, dtype=torch.float32)
@@ -192,7 +194,7 @@ def draw_allreduce(gradients, title: str = "all-reduce: every rank gets the mean
     right.set(xlim=(0, 10), ylim=(-0.5, n + 0.5), title=title)
     right.axis("off")
     centre = (n - 1) / 2
-    box(right, 5, centre, "all-reduce\n(sum, ÷ N)", "attention", width=2.2, height=1.0)
+    box(right, 5, centre, "all-reduce\n(sum)", "attention", width=2.2, height=1.0)
     for rank in range(n):
         y = n - 1 - rank
         box(right, 1.3, y, f"rank {rank}: $g_{rank}$", "embed", width=2.2, height=0.5)
