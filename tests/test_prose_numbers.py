@@ -111,3 +111,26 @@ def test_notebook_14_prose_quotes_its_stored_share_of_the_peak():
     prose = markdown("14_scaling_out")
     assert f"by a factor of {float(flops.group(1)):.1f} from 16 to 512 positions" in prose
     assert f"from {flops.group(2)} between 64 and 128 to {flops.group(4)} between 256 and 512" in prose
+
+
+def test_one_course_run_time_is_quoted_everywhere():
+    """README, CONTRIBUTING and notebook 00 quote the same measured course run: its total, and
+    notebook 00's per-notebook column from that run (notebook 11 the longest, as the README says)."""
+    contributing = flat((ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8"))
+    readme, course_map = flat(README), markdown("00_course_map")
+    minutes_seconds = [re.search(pattern, text) for pattern, text in (
+        (r"Running the whole course took (\d+) min (\d+) s", readme),
+        (r"`bash scripts/run_course\.sh` took (\d+) min (\d+) s", contributing),
+        (r"the whole course took (\d+) min (\d+) s", course_map))]
+    assert all(minutes_seconds), "a course-run time is missing from README, CONTRIBUTING or notebook 00"
+    totals = {60 * int(m[1]) + int(m[2]) for m in minutes_seconds}
+    assert len(totals) == 1, f"three places, {len(totals)} different course-run times: {sorted(totals)}"
+    total = totals.pop()
+    assert re.search(rf"`bash scripts/run_course\.sh` took \d+ min \d+ s \({total} s\)", contributing)
+    rows = re.findall(r"\| \[?(\d\d) ·[^|]*\|[^|]*\|[^|]*\| (\d+) s \| \d+ min \|", course_map)
+    run = {number: int(seconds) for number, seconds in rows}
+    assert sorted(run) == [f"{n:02d}" for n in range(15)], "notebook 00's table lacks a run time"
+    assert max(run, key=run.get) == "11"
+    assert int(re.search(r"notebook 11, which trains the course model, is the longest: (\d+) s", readme)[1]) == run["11"]
+    # the total adds the final translation and the scripts' own start to the notebooks' times
+    assert sum(run.values()) <= total <= sum(run.values()) + 60
