@@ -267,8 +267,8 @@ class TranslationData:
         pairs: (source, target) sentence pairs, e.g. from `load_pairs`.
         tokenizer: a `SubwordTokenizer` shared by source and target.
         max_tokens: the largest padded batch on either side (see `token_batches`).
-        max_len: drop pairs whose source or target has more tokens (with `<s>` and `</s>`, and padded up to
-            `pad_to_multiple`) than this.
+        max_len: drop pairs whose S or T + 1 exceeds this (with `<s>` and `</s>`; S and T padded up to
+            `pad_to_multiple` as `Batch` pads them, so a target of n ids counts as n - 1 rounded up, plus one).
         unknown: "replace" maps characters the tokenizer never saw to `<unk>`; "error" raises.
         pad_to_multiple: pad S and T of every batch up to a multiple of this (8 for `torch.compile`, §10);
             `max_tokens` then counts the padded lengths.
