@@ -107,16 +107,22 @@ async def execute(port: int, token: str, kernel_id: str, code: str) -> str:
                "allow_stdin": False, "stop_on_error": True}
     await connection.write_message(json.dumps({"header": header, "parent_header": {}, "metadata": {},
                                                "content": content, "channel": "shell", "buffers": []}))
-    while True:
+    # The reply comes on the shell channel and the printed text on iopub, in no set order; the kernel
+    # says "idle" on iopub after all of a request's output, so wait for both.
+    reply, idle = None, False
+    while reply is None or not idle:
         message = json.loads(await asyncio.wait_for(connection.read_message(), timeout=60))
         if message.get("parent_header", {}).get("msg_id") != msg_id:
             continue
         if message["msg_type"] == "stream":
             printed += message["content"]["text"]
-        if message["msg_type"] == "execute_reply":
-            connection.close()
-            assert message["content"]["status"] == "ok", message["content"]
-            return printed
+        elif message["msg_type"] == "execute_reply":
+            reply = message["content"]
+        elif message["msg_type"] == "status" and message["content"]["execution_state"] == "idle":
+            idle = True
+    connection.close()
+    assert reply["status"] == "ok", reply
+    return printed
 
 
 def test_start_course_serves_jupyter_lab_and_a_kernel_answers(newcomer_env):
