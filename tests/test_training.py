@@ -642,19 +642,25 @@ def test_cuda_resume_from_checkpoint_mapped_to_gpu(tmp_path):
     assert resumed.fit().step == 10
 
 
+def bad_target_loss(at_call: int):
+    """A loss function whose `at_call`-th call gets a target id outside the vocabulary (a fresh counter
+    for each function made)."""
+    criterion, calls = LabelSmoothingLoss(0.0, ignore_index=-1), []
+
+    def loss(model, batch):
+        calls.append(1)
+        target = batch.y.clone()
+        if len(calls) == at_call:
+            target[4] = N_CLASSES + 2
+        return criterion(model(batch.x), target), {"tokens": len(target)}
+    return loss
+
+
 @CUDA
 def test_cuda_fp16_skips_a_flagged_update_and_every_later_one():
     """The Trainer's fp16 path (GradScaler, fused Adam): a target id outside the vocabulary at step 3
     leaves the weights and Adam's step count as they were after step 2, up to the log step that raises."""
-    criterion = LabelSmoothingLoss(0.0, ignore_index=-1)
-
-    def loss_with_a_bad_target_at_three(model, batch, calls=[]):
-        calls.append(1)
-        target = batch.y.clone()
-        if len(calls) == 3:
-            target[4] = N_CLASSES + 2
-        return criterion(model(batch.x), target), {"tokens": len(target)}
-
+    loss_with_a_bad_target_at_three = bad_target_loss(at_call=3)
     trainer = toy_trainer(loss_fn=loss_with_a_bad_target_at_three, log_every=5, device="cuda", amp_dtype="fp16")
     assert trainer.scaler is not None
     after_two = []
@@ -1110,15 +1116,7 @@ def test_label_smoothing_accepts_an_ignore_index_outside_the_vocabulary(logits_a
 def test_out_of_vocabulary_target_in_a_trainer_step_is_reported_at_the_log_step_without_a_sync():
     """Inside a step the check is recorded on the device (no host read), the update skipped, and the
     next log step raises the ValueError with the id and V."""
-    criterion = LabelSmoothingLoss(0.0, ignore_index=-1)
-
-    def loss_with_a_bad_target_at_three(model, batch, calls=[]):
-        calls.append(1)
-        target = batch.y.clone()
-        if len(calls) == 3:
-            target[4] = N_CLASSES + 2
-        return criterion(model(batch.x), target), {"tokens": len(target)}
-
+    loss_with_a_bad_target_at_three = bad_target_loss(at_call=3)
     trainer = toy_trainer(loss_fn=loss_with_a_bad_target_at_three, log_every=5)
     with counting_host_reads(trainer) as reads:
         with pytest.raises(ValueError, match=rf"target id {N_CLASSES + 2} at step 3 is outside the vocabulary "
