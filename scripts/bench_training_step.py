@@ -352,6 +352,8 @@ def ladder(args, device: torch.device, tokenizer) -> dict:
         peaks[mixed] = matmul_peak({"bf16": torch.bfloat16, "fp16": torch.float16}[mixed], args.matmul_size,
                                    device=device)
     peak = max(peaks.values())
+    print(f"peak: the best {args.matmul_size}×{args.matmul_size} matmul, "
+          + ", ".join(f"{k} {v / 1e12:.3f} TFLOP/s" for k, v in peaks.items()), flush=True)
     torch.manual_seed(0)
     weights = build_transformer(config).state_dict()
     try:
@@ -392,6 +394,8 @@ def ladder(args, device: torch.device, tokenizer) -> dict:
             row["speed_x_first_row"] = round(row["tokens_per_s"] / base_tokens_per_s, 2)
         report["rows"].append(row)
         print_row(row, first=name == LADDER[0][0])
+        if getattr(args, "json", None):    # after every row: a run stopped by a time limit keeps its rows
+            _write_json(args.json, report)
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -488,11 +492,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
         print(f"torch {torch.__version__}, {_device_name(device)}, {args.model} model, {args.max_tokens:,} padded "
               f"tokens a batch a side; median of {args.repeats} passes")
-        results = ladder(args, device, tokenizer)
-        print(f"peak: the best {args.matmul_size}×{args.matmul_size} matmul, "
-              + ", ".join(f"{k} {v:.3f} TFLOP/s" for k, v in results["matmul_peak_tflops"].items()))
-        if args.json:
-            _write_json(args.json, results)
+        ladder(args, device, tokenizer)
         return
     args.max_tokens = args.max_tokens or 2048
     config = TransformerConfig(tokenizer.vocab_size, tokenizer.vocab_size, 256, 4, 1024, 3, 3, 0.1,

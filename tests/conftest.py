@@ -5,7 +5,16 @@ are built once. Notebooks 11, 12 and 13 are one unit, in that order: 11 trains `
 which 12 and 13 load (a second process would train it again into the same folder). The off-repo
 test's solutions are a unit of their own, beside its notebooks. The two longest units are handed
 out first, so no core is left with one of them at the end.
+
+nbval's kernels talk over local sockets in a folder of each process's own, not over TCP: jupyter_client
+picks a kernel's TCP ports by binding and releasing free ones, and with many workers another worker's
+kernel can take a port in between; the kernel then dies before it answers ("Kernel died before
+replying to kernel_info": 2 of 32 notebooks on a 16-core GPU machine, 2026-11-27).
 """
+import os
+import shutil
+import tempfile
+
 import pytest
 
 COURSE_MODEL = "course_model"
@@ -51,3 +60,20 @@ def pytest_xdist_make_scheduler(config, log):
 
     config.option.loadscopereorder = False   # xdist would hand out the units with most items first
     return NotebookFileScheduling(config, log)
+
+
+def pytest_configure(config):
+    """Every kernel nbval starts in this process uses IPC sockets in a private folder (see above)."""
+    if os.name == "nt" or not config.pluginmanager.hasplugin("nbval"):
+        return                                     # Windows has no IPC transport: TCP as before
+    import nbval.kernel
+
+    socket_dir = tempfile.mkdtemp(prefix="nbk-")   # short: a socket's path must stay under 104 bytes
+    config.add_cleanup(lambda: shutil.rmtree(socket_dir, ignore_errors=True))
+
+    class LocalSocketKernelManager(nbval.kernel.KernelManager):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.transport, self.ip = "ipc", os.path.join(socket_dir, "kernel")
+
+    nbval.kernel.KernelManager = LocalSocketKernelManager

@@ -126,11 +126,11 @@ def _check_learned_with(module_class, d_model: int, max_len: int, B: int, L: int
         "return x plus the position vectors, not the position vectors alone"
     if len(parameters) == 1 and allclose(out, x * _rows(parameters[0].detach(), max_len)[:L], atol=1e-5):
         raise AssertionError("you multiplied x by the table rows; the positions are ADDED: x + table[:L]")
-    added = out - x                                                   # (B, L, D): the position vectors
+    added = out - x            # (B, L, D): the position vectors, up to rounding: (x + t) - x is t within 1e-6
     assert_close(added, added[:1].expand_as(added), msg=lambda m: (
         "the vector added at a position must not depend on the sentence (the batch row): "
         f"add table rows 0 .. L-1 to every row of the batch. {m}"))
-    assert not allclose(added[0, 0], added[0, 1]), "positions 0 and 1 got the same vector: look up row t for position t"
+    assert not allclose(added[0, 0], added[0, 1], atol=1e-5), "positions 0 and 1 got the same vector: look up row t for position t"
     if len(parameters) == 1:                         # one table: position t must get its row t
         table = _rows(parameters[0].detach(), max_len)                                  # (max_len, D)
         if allclose(added[0], table[:L].flip(0), atol=1e-5) and L > 1:
