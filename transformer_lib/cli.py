@@ -1,7 +1,7 @@
 """Command line for the course: `python -m transformer_lib {train,translate,evaluate} --help`.
 
 Hand-written (no notebook is its home), and only a shell: `train` maps its options onto one
-`TrainSettings` (each option is a field of it, with the field's default and help) and calls
+`TrainSettings` (each option but `--run` is a field of it, with the field's default and help) and calls
 `train_run`; `translate` and `evaluate` load a run folder (`runs.RunFolder`) and call the
 notebooks' decoding and scoring. Every problem the user can fix is one `error: ...` line and exit
 code 2, with nothing written. Ctrl-C (or SIGTERM) during `train` saves a checkpoint and exits 130

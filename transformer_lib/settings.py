@@ -1,6 +1,6 @@
 """The settings of a training run: one dataclass, built once and handed to `train_run.train_run`.
 
-Hand-written, not exported: the command line (`cli.py` maps each option to one field), the course
+Hand-written, not exported: the command line (`cli.py` maps each option but `--run` to one field), the course
 model (`course.COURSE_MODEL`, which notebook 11 trains), the notebooks and the benchmark scripts all
 build a `TrainSettings`, so no one notebook is its home. Each field's default and help text live
 here and only here: `train --help` prints them from these fields.
