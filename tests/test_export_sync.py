@@ -29,3 +29,12 @@ def test_package_matches_notebook_export(tmp_path):
         assert committed[name] == text, (
             f"transformer_lib/{name} differs from its notebook's export. Edit the notebook, "
             "then run `python scripts/export_package.py` (never edit generated files by hand).")
+
+
+def test_every_module_has_a_description():
+    """`help(module)` and the website show `__doc__`: a module exported with `#| export OTHER` had none
+    before scripts/export_package.py moved its description above nbdev's `__all__`."""
+    import ast
+    missing = [path.name for path in sorted((ROOT / "transformer_lib").rglob("*.py"))
+               if ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) is None]
+    assert not missing, f"modules without a docstring first: {missing}"
