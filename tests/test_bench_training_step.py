@@ -34,7 +34,8 @@ def _data_dir() -> Path:
 def test_bench_training_step_smoke_run():
     data_dir = _data_dir()
     command = [sys.executable, str(SCRIPT), "--data-dir", str(data_dir),
-               "--repeats", "1", "--warmup", "1", "--real-batches", "1", "--no-compile", "--device", "cpu"]
+               "--repeats", "1", "--warmup", "1", "--real-batches", "1", "--no-compile", "--device", "cpu",
+               "--threads", "1", "--synthetic-threads", "1"]   # one thread: the test command's workers share the cores
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     tables = [line.split(" | ")[0].removeprefix("| ") for line in done.stdout.splitlines()

@@ -105,15 +105,34 @@ def filled_wheel_cache(course_wheel: Path, torch_spec: list[str]) -> Path:
 
 @pytest.fixture(scope="module")
 def learner_python(tmp_path_factory) -> Path:
-    """A fresh venv outside the checkout with only the built wheel (and a Jupyter kernel) installed."""
-    build = tmp_path_factory.mktemp("wheel_sources")
+    """A fresh venv outside the checkout with only the built wheel (and a Jupyter kernel) installed.
+
+    One per test run: the notebooks and the solutions run on two workers, and the second waits for the
+    first one's venv instead of installing its own (about a minute of CPU on the shared cores)."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return install_learner_venv(tmp_path_factory.mktemp("learner"))
+    import fcntl                                   # POSIX; this test does not run on Windows (CONTRIBUTING)
+    shared = tmp_path_factory.getbasetemp().parent / "learner"   # the run's folder, common to its workers
+    shared.mkdir(exist_ok=True)
+    with open(shared.parent / "learner.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)          # released when the file closes, also on an error
+        built = shared / "python.txt"
+        if not built.is_file():
+            built.write_text(str(install_learner_venv(shared)))
+        return Path(built.read_text())
+
+
+def install_learner_venv(root: Path) -> Path:
+    """Build the course's wheel from a copy of its sources and install it, with torch and a kernel, into
+    a new venv under `root`; return the venv's python."""
+    build, dist, venv = root / "wheel_sources", root / "dist", root / "learner_venv"
+    build.mkdir()
     for name in WHEEL_SOURCES:
         source = ROOT / name
         if source.is_dir():
             shutil.copytree(source, build / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy2(source, build / name)
-    dist = tmp_path_factory.mktemp("dist")
     run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(build)])
     wheels = list(dist.glob("transformer_lib-*.whl"))
     assert len(wheels) == 1, f"expected one wheel, got {wheels}"
@@ -122,7 +141,6 @@ def learner_python(tmp_path_factory) -> Path:
     # declared dependencies, then what Colab/Jupyter provide: all from the cache, none from an index.
     torch_spec = os.environ.get("TORCH_SPEC", "torch==2.13.0").split()
     cache = filled_wheel_cache(wheels[0], torch_spec)
-    venv = tmp_path_factory.mktemp("learner_venv")
     run([sys.executable, "-m", "venv", "--clear", str(venv)])
     python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
     # --no-compile: the kernels compile what they import; compiling all of torch up front is slow.
