@@ -7,15 +7,20 @@ batches, training-time budget and decoding; sacreBLEU on test_2016_flickr and te
 
 Both models have the same architecture (pre-LN, d_model 256, 3+3 layers, shared 8k BPE, tied
 embeddings) and train on the same batches of at most 2,048 padded tokens a side (about 4k tokens a
-batch) with label smoothing 0.1 and the paper's warmup schedule. The peer keeps that standard
-recipe: float32, dropout 0.1 wherever nn.Transformer puts it, and its last weights are the model.
-Ours drops out only what the paper does (residual branches and embeddings; not the attention
+batch) with label smoothing 0.1 and the paper's warmup schedule. Ours trains through the product's
+own `train_run(run, TrainSettings(...))`, the call behind `python -m transformer_lib train`, into the
+run folder OUT/runs/ours (git ignores every runs/ folder), which `evaluate --run`, `translate --run`
+and `translate --attention` open; model_ours.json records the `train` command that trains the same
+("train_command"). The peer keeps its own small loop, on the same batches from the same tokenizer,
+and that standard recipe: float32, dropout 0.1 wherever nn.Transformer puts it, and its last weights
+are the model. Ours drops out only what the paper does (residual branches and embeddings; not the attention
 weights or the feed-forward hidden units: --ours-attention-dropout and --ours-activation-dropout,
 chosen on the validation set), draws its attention projections as nn.MultiheadAttention does (W^Q,
 W^K, W^V as one packed Xavier matrix, zero biases: --ours-init torch, also chosen on the validation
 set; the library's own init draws each D x D matrix alone), and adds three things: bf16 autocast where it
-pays (--ours-amp auto times a few steps of both precisions on this machine first, and takes bf16
-only if it is faster: it is on CPUs with fast bf16 instructions, not on others); a cooldown of the
+pays (--ours-amp auto times a few steps of both precisions on this machine first, outside the time
+budget, and takes bf16 only if it is faster: it is on CPUs with fast bf16 instructions, not on
+others; --ours-attention auto likewise times the fused and the explicit attention); a cooldown of the
 learning rate to 0 over the last quarter of the time budget (--ours-cooldown, part of the schedule:
 `make_optimizer(..., cooldown=...)` in transformer_lib.training); and the paper's
 averaging of the last 5 checkpoints (§6.1, --ours-average), kept if it scores higher than the last
@@ -33,14 +38,13 @@ trained models' tokenizer into --out. For choosing a recipe, --valid-only trains
 validation set only, and never looks at a test set.
 """
 import argparse
-import copy
 import json
 import os
 import platform
+import shlex
 import statistics
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -51,15 +55,19 @@ RESULTS = ROOT / "results" / "multi30k"      # one folder per seed, seed_0, seed
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from transformer_lib.cli import parse_duration  # noqa: E402
 from transformer_lib.data import TranslationData, load_pairs  # noqa: E402
-from transformer_lib.device import pick_amp  # noqa: E402
+from transformer_lib.device import faster_cpu_autocast, pick_amp  # noqa: E402
 from transformer_lib.evaluation import score_translations, translate  # noqa: E402
-from transformer_lib.model import TransformerConfig, build_transformer  # noqa: E402
-from transformer_lib.multihead import MultiHeadAttention  # noqa: E402
+from transformer_lib.files import fingerprint_tokenizer  # noqa: E402
+from transformer_lib.model import TransformerConfig  # noqa: E402
+from transformer_lib.options import parse_duration, train_command  # noqa: E402
+from transformer_lib.recipe import greedy_bleu  # noqa: E402
+from transformer_lib.runs import RunError, RunFolder, one_line  # noqa: E402
+from transformer_lib.settings import TrainSettings  # noqa: E402
 from transformer_lib.tokenization import train_bpe_tokenizer  # noqa: E402
-from transformer_lib.training import (LabelSmoothingLoss, Trainer, WeightAverager, make_optimizer,  # noqa: E402
-                                      translation_loss, validation_loss)
+from transformer_lib.train_run import train_run  # noqa: E402
+from transformer_lib.training import (LabelSmoothingLoss, Trainer, make_optimizer, translation_loss,  # noqa: E402
+                                      validation_loss)
 from peer_transformer import PeerTransformer  # noqa: E402
 
 
@@ -71,53 +79,60 @@ def recipe_for(name: str, args) -> dict:
             "cooldown": args.ours_cooldown if ours else 0.0,
             "lr_factor": args.ours_lr_factor if ours and args.ours_lr_factor else args.lr_factor,
             "init": args.ours_init if ours else "torch",
+            "attention": args.ours_attention if ours else "torch",
             "attention_dropout": args.ours_attention_dropout if ours else None,
             "activation_dropout": args.ours_activation_dropout if ours else None,
             "average_last": args.ours_average if ours else 0, "average_every": args.average_every}
 
 
-def init_attention_like_torch(model: nn.Module) -> nn.Module:
-    """Re-draw every attention projection of our model as nn.MultiheadAttention draws its own: W^Q, W^K
-    and W^V as one Xavier-uniform (3D x D) matrix, so each is drawn with the bound sqrt(6 / 4D), not the
-    sqrt(6 / 2D) of a D x D matrix, and zero biases on Q, K, V and the output. Smaller queries and keys
-    start every head closer to uniform attention."""
-    for module in model.modules():
-        if isinstance(module, MultiHeadAttention):
-            packed = torch.empty(3 * module.d_model, module.d_model)
-            nn.init.xavier_uniform_(packed)
-            with torch.no_grad():
-                for proj, rows in zip((module.q_proj, module.k_proj, module.v_proj), packed.chunk(3)):
-                    proj.weight.copy_(rows)
-                for proj in (module.q_proj, module.k_proj, module.v_proj, module.out_proj):
-                    if proj.bias is not None:
-                        proj.bias.zero_()
-    return model
+RUN_FOLDER = Path("runs") / "ours"      # ours' run folder, under --out
+CHECKPOINT_EVERY = 500                  # ours' checkpoints (each carries the snapshots --ours-average keeps)
 
 
-def faster_autocast(model: nn.Module, batches: list, loss_fn, rounds: int = 3) -> tuple[str | None, dict]:
-    """"bf16" or None (float32), whichever trains `model` faster on `batches` on this machine: a copy of
-    the model takes `rounds` passes over the batches in each precision, in turn, after one warm-up pass
-    each (the model itself is untouched). bf16 must win by 5% to be chosen. Returns (choice, seconds)."""
-    probe = copy.deepcopy(model).train()
-    optimizer = torch.optim.Adam(probe.parameters(), lr=1e-6)
-    seconds = {"float32": [], "bf16": []}
-    for round_ in range(rounds + 1):
-        for precision in seconds:
-            start = time.perf_counter()
-            for batch in batches:
-                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
-                    loss, _ = loss_fn(probe, batch)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-            if round_:                                   # the first round warms up
-                seconds[precision].append(time.perf_counter() - start)
-    median = {k: round(statistics.median(v), 3) for k, v in seconds.items()}
-    return ("bf16" if median["bf16"] < 0.95 * median["float32"] else None), median
+def ours_settings(args) -> TrainSettings:
+    """Our model's recipe as the TrainSettings that `python -m transformer_lib train` builds from its options."""
+    recipe = recipe_for("ours", args)
+    return TrainSettings(
+        data="multi30k", data_dir=Path(args.data_dir).resolve(), vocab_size=args.vocab_size, d_model=args.d_model,
+        heads=args.heads, d_ff=args.d_ff, layers=args.layers, dropout=args.dropout,
+        attention_dropout=recipe["attention_dropout"], activation_dropout=recipe["activation_dropout"],
+        label_smoothing=args.label_smoothing, max_tokens=args.max_tokens, warmup=args.warmup,
+        lr_factor=recipe["lr_factor"], cooldown=recipe["cooldown"], seed=args.seed, max_steps=args.max_steps,
+        time_budget=args.budget, validate_every=args.validate_every, checkpoint_every=CHECKPOINT_EVERY,
+        device=args.device, amp=args.ours_amp, threads=args.threads, progress=not args.no_progress,
+        init=recipe["init"], attention=recipe["attention"], average=recipe["average_last"],
+        average_every=args.average_every)
+
+
+def train_ours(args, tokenizer, valid_pairs: list) -> tuple[dict, nn.Module, object]:
+    """Train ours with `train_run` into OUT/runs/ours (or resume it there); its result entry, and the model and
+    tokenizer that `evaluate --run` loads from the folder. The tokenizer must be the peer's."""
+    run, settings = args.out / RUN_FOLDER, ours_settings(args)
+    summary = train_run(run, settings)
+    folder = RunFolder(run).read(args.device)
+    if folder.tokenizer.fingerprint != fingerprint_tokenizer(tokenizer.tokenizer.to_str()):
+        _refuse(f"{run}'s tokenizer is not the one the peer trains with; train both from the same Multi30k files")
+    model = folder.load_model(torch.device(args.device))
+    recipe = recipe_for("ours", args) | {"amp": None if summary["amp"] == "float32" else summary["amp"],
+                                         "attention": summary.get("attention", "fused"), "kept": "last_weights"}
+    averaging = summary.get("averaging")
+    if averaging:        # train_run kept whichever of the last and the averaged weights scored higher
+        recipe.update(kept=averaging["kept"], averaged_steps=averaging["snapshots"])
+    valid = averaging["valid_greedy"] if averaging else {
+        "last_weights": greedy_bleu(model, folder.tokenizer, valid_pairs)}
+    print(f"[ours] {summary['steps']} steps in {summary['train_seconds']:.0f}s; valid greedy: {valid}", file=sys.stderr)
+    tokens = sum(h["tokens"] for h in summary["history"])
+    return {"steps": summary["steps"], "train_seconds": summary["train_seconds"],
+            "epochs_started": summary["epochs_started"],
+            "target_tokens_per_second": round(tokens / max(summary["train_seconds"], 1e-9)),
+            "parameters": summary["parameters"], "recipe": recipe, "valid_greedy": valid,
+            "history": summary["history"], "run": _portable(run),
+            "train_command": shlex.join(train_command(settings, _portable(run)))}, model, folder.tokenizer
 
 
 def train_one(name: str, model: nn.Module, data: TranslationData, args, pad_id: int,
               valid_pairs: list, tokenizer, max_len: int) -> dict:
+    """The peer's own loop: a Trainer on the batches of `data`; its last weights are the model."""
     recipe = recipe_for(name, args)
     budget, device = args.budget, torch.device(args.device)
     if recipe["amp"] == "auto" and device.type != "cpu":     # what the accelerator has (bf16, fp16 or neither)
@@ -126,7 +141,7 @@ def train_one(name: str, model: nn.Module, data: TranslationData, args, pad_id: 
     if recipe["amp"] == "auto":      # chosen per machine, by measuring; the probe's time counts against the budget
         start = time.perf_counter()
         criterion = LabelSmoothingLoss(args.label_smoothing, ignore_index=pad_id)
-        recipe["amp"], recipe["amp_probe_seconds"] = faster_autocast(
+        recipe["amp"], recipe["amp_probe_seconds"] = faster_cpu_autocast(
             model, data.batches(0, seed=args.seed)[:4], lambda m, b: translation_loss(m, b, criterion))
         budget -= time.perf_counter() - start
         print(f"[{name}] autocast chosen by measurement: {recipe['amp'] or 'float32'} "
@@ -142,32 +157,16 @@ def train_one(name: str, model: nn.Module, data: TranslationData, args, pad_id: 
                       log_every=args.log_every,
                       progress=not args.no_progress, validate=lambda m: validation_loss(m, valid_batches, loss_fn),
                       validate_every=args.validate_every)
-    averager = WeightAverager(args.average_every, recipe["average_last"]).attach(trainer) \
-        if recipe["average_last"] else None
     state = trainer.fit()
     print(f"[{name}] {state.step} steps in {state.elapsed:.0f}s", file=sys.stderr)
     tokens = sum(h["tokens"] for h in state.history)
-    valid = {"last_weights": bleu_of(model, tokenizer, valid_pairs)}
+    valid = {"last_weights": greedy_bleu(model, tokenizer, valid_pairs)}
     recipe["kept"] = "last_weights"
-    if averager:   # keep whichever of the last and the averaged weights scores higher on the validation set
-        recipe["averaged_steps"] = averager.steps
-        last = {k: v.clone() for k, v in model.state_dict().items()}
-        model.load_state_dict(averager.average())
-        valid["averaged_weights"] = bleu_of(model, tokenizer, valid_pairs)
-        if valid["last_weights"]["bleu"] > valid["averaged_weights"]["bleu"]:
-            model.load_state_dict(last)
-        else:
-            recipe["kept"] = "averaged_weights"
     print(f"[{name}] valid greedy: {valid}", file=sys.stderr)
     return {"steps": state.step, "train_seconds": round(state.elapsed, 1), "epochs_started": state.epoch + 1,
             "target_tokens_per_second": round(tokens / max(state.elapsed, 1e-9)),
             "parameters": sum(p.numel() for p in model.parameters()), "recipe": recipe,
             "valid_greedy": valid, "history": state.history}
-
-
-def bleu_of(model: nn.Module, tokenizer, pairs: list) -> dict:
-    hyps = translate(model, tokenizer, [s for s, _ in pairs])
-    return {k: round(v, 2) for k, v in score_translations(hyps, [t for _, t in pairs]).items()}
 
 
 def evaluate_one(model: nn.Module, tokenizer, test_sets: dict, beams: list[int]) -> tuple[dict, dict]:
@@ -268,8 +267,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ours-init", default="torch", choices=["ours", "torch"],
                    help="ours: the library's initialisation, or attention projections drawn as nn.MultiheadAttention "
                         "draws them (packed Q/K/V Xavier, zero biases)")
-    p.add_argument("--log-every", type=int, default=25, help="steps between logged training losses")
-    p.add_argument("--validate-every", type=int, default=100, help="steps between validation losses (a multiple of --log-every)")
+    p.add_argument("--ours-attention", default="fused", choices=["fused", "explicit", "auto"],
+                   help="ours: the attention path its training steps take (auto: the faster of the two, timed here "
+                        "on a few steps; train --attention)")
+    p.add_argument("--log-every", type=int, default=25, help="the peer's steps between logged training losses "
+                   "(ours logs every 10, as train does)")
+    p.add_argument("--validate-every", type=int, default=100, help="steps between validation losses (a multiple of "
+                   "--log-every and of 10)")
     p.add_argument("--valid-only", action="store_true",
                    help="choose a recipe: train and score the validation set only (no test set is read)")
     p.add_argument("--ours-cooldown", type=float, default=0.25,
@@ -278,7 +282,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ours: average this many last snapshots (0 = use the last weights, as the peer does)")
     p.add_argument("--average-every", type=int, default=100, help="steps between the snapshots averaged")
     p.add_argument("--beams", default="1,4", help="beam sizes to evaluate (1 = greedy)")
-    p.add_argument("--test-limit", type=int, default=None, help="score only the first N test (and validation) sentences")
+    p.add_argument("--test-limit", type=int, default=None, help="score only the first N test (and validation) "
+                   "sentences (ours' run, like train, still validates and chooses its averaged weights on all)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--no-progress", action="store_true")
@@ -288,6 +293,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--summarize", action="store_true", help=f"train nothing: write {RESULTS.relative_to(ROOT)}/"
                    "summary.json, each model's scores per seed and their mean, from every seed_*/metrics.json there")
     return p
+
+
+def shared_data(args) -> tuple:
+    """What both models share: the pairs, the tokenizer, the architecture and the peer's batches, built as
+    `train_run` builds ours' (a test checks that their token ids are equal). The BPE training is
+    deterministic, so separate processes (one per model) share one vocabulary."""
+    train_pairs = load_pairs("multi30k", "train", data_dir=args.data_dir)
+    test_sets = {} if args.valid_only else {
+        split: load_pairs("multi30k", split, data_dir=args.data_dir, limit=args.test_limit)
+        for split in ("test_2016", "test_2017")}
+    valid_pairs = load_pairs("multi30k", "valid", data_dir=args.data_dir, limit=args.test_limit)
+    tokenizer = train_bpe_tokenizer([s for pair in train_pairs for s in pair], vocab_size=args.vocab_size)
+    config = TransformerConfig(tokenizer.vocab_size, tokenizer.vocab_size, args.d_model, args.heads, args.d_ff,
+                               args.layers, args.layers, args.dropout, norm_first=True, pad_id=tokenizer.pad_id)
+    data = TranslationData(train_pairs, tokenizer, args.max_tokens, max_len=config.max_len)
+    return train_pairs, valid_pairs, test_sets, tokenizer, config, data
 
 
 def main() -> None:
@@ -303,51 +324,46 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)
-    train_pairs = load_pairs("multi30k", "train", data_dir=args.data_dir)
-    test_sets = {} if args.valid_only else {
-        split: load_pairs("multi30k", split, data_dir=args.data_dir, limit=args.test_limit)
-        for split in ("test_2016", "test_2017")}
-    valid_pairs = load_pairs("multi30k", "valid", data_dir=args.data_dir, limit=args.test_limit)
-    # The BPE training is deterministic, so separate processes (one per model) share one vocabulary.
-    tokenizer = train_bpe_tokenizer([s for pair in train_pairs for s in pair], vocab_size=args.vocab_size)
+    train_pairs, valid_pairs, test_sets, tokenizer, config, data = shared_data(args)
     tokenizer.save(args.out / "tokenizer.json")
-    config = TransformerConfig(tokenizer.vocab_size, tokenizer.vocab_size, args.d_model, args.heads, args.d_ff,
-                               args.layers, args.layers, args.dropout, norm_first=True, pad_id=tokenizer.pad_id)
-    data = TranslationData(train_pairs, tokenizer, args.max_tokens, max_len=config.max_len)
     beams = [int(b) for b in args.beams.split(",")]
     for name in args.models.split(","):
-        torch.manual_seed(args.seed)
-        model = build_transformer(replace(config, attention_dropout=args.ours_attention_dropout,
-                                          activation_dropout=args.ours_activation_dropout)) \
-            if name == "ours" else PeerTransformer(config)
-        if name == "ours" and args.ours_init == "torch":
-            init_attention_like_torch(model)
-        model.to(args.device)      # after drawing the weights on the CPU: the same start on every device
-        weights = args.weights_dir / f"multi30k_{name}.pt"
+        weights, model_tokenizer = args.weights_dir / f"multi30k_{name}.pt", tokenizer    # the peer's weights
         if args.eval_only:   # re-score saved weights (e.g. after a decoding change), keep the training record
-            model.load_state_dict(torch.load(weights, map_location=args.device, weights_only=True))
+            if name == "ours":           # its run folder, as `evaluate --run` opens it
+                folder = RunFolder(args.out / RUN_FOLDER).read(args.device)
+                model, model_tokenizer = folder.load_model(torch.device(args.device)), folder.tokenizer
+            else:
+                model = PeerTransformer(config).to(args.device)
+                model.load_state_dict(torch.load(weights, map_location=args.device, weights_only=True))
             result = json.loads((args.out / f"model_{name}.json").read_text())
             result["eval_command"] = "python scripts/benchmark_multi30k.py " + " ".join(sys.argv[1:])
             result.setdefault("recipe", recipe_for(name, args))
             if "valid_greedy" not in result and not result["recipe"]["average_last"]:
-                result["valid_greedy"] = {"last_weights": bleu_of(model, tokenizer, valid_pairs)}   # = saved weights
+                result["valid_greedy"] = {"last_weights": greedy_bleu(model, model_tokenizer, valid_pairs)}  # = saved
         else:
-            result = train_one(name, model, data, args, tokenizer.pad_id, valid_pairs, tokenizer, config.max_len)
-            weights.parent.mkdir(parents=True, exist_ok=True)
-            torch.save(model.state_dict(), weights)        # runs/ is not committed
+            if name == "ours":
+                result, model, model_tokenizer = train_ours(args, tokenizer, valid_pairs)
+            else:
+                torch.manual_seed(args.seed)
+                model = PeerTransformer(config).to(args.device)   # drawn on the CPU: the same start on every device
+                result = train_one(name, model, data, args, tokenizer.pad_id, valid_pairs, tokenizer, config.max_len)
+                weights.parent.mkdir(parents=True, exist_ok=True)
+                torch.save(model.state_dict(), weights)        # runs/ is not committed
             result.update(command="python scripts/benchmark_multi30k.py " + " ".join(sys.argv[1:]),
-                          hardware=_hardware(args.device), config={k: _portable(v) for k, v in vars(args).items()} | {"model": vars(config)})
+                          hardware=_hardware(args.device),
+                          config={k: _portable(v) for k, v in vars(args).items()} | {"model": vars(config)})
             if args.valid_only:
                 (args.out / f"model_{name}.json").write_text(json.dumps(result, indent=1))
                 continue
-        scores, outputs = evaluate_one(model, tokenizer, test_sets, beams=beams)
+        scores, outputs = evaluate_one(model, model_tokenizer, test_sets, beams=beams)
         result["test"] = scores
         (args.out / f"model_{name}.json").write_text(json.dumps(result, indent=1))
         # Only our outputs are committed (one per line); the test data stays out of the repo.
         for (split, decoding), hypotheses in outputs.items():
             (args.out / f"hypotheses_{name}_{split}_{decoding}.txt").write_text("\n".join(hypotheses) + "\n")
         if name == "ours":
-            _plot_attention(model, tokenizer, test_sets["test_2016"][0][0], args.out / "attention.png")
+            _plot_attention(model, model_tokenizer, test_sets["test_2016"][0][0], args.out / "attention.png")
     if args.valid_only:
         return
     report = _assemble(args.out, train_pairs, test_sets, tokenizer)
@@ -453,4 +469,7 @@ def _write_samples(out: Path, pairs, models: dict, rows=(0, 1, 2, 3, 100, 250, 5
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except RunError as error:        # ours' run folder refused (another recipe in it, a damaged file): one line
+        _refuse(one_line(error))

@@ -1,6 +1,9 @@
-"""scripts/benchmark_multi30k.py runs end to end on the real Multi30k files (a few steps, a few
-test sentences): both models train, are scored, and the report is assembled. The full run is one
-command in README.md; its committed results are checked by tests/test_results.py."""
+"""scripts/benchmark_multi30k.py runs end to end on a slice of the real Multi30k files (a few steps, a
+few test sentences): ours trains through the product's `train_run` into a run folder that `evaluate
+--run` and `translate --run` open and score as the script did, the peer in its own loop on the same
+batches from the same tokenizer, both are scored, and the report is assembled. The full run is one
+command in docs/results.md; its committed results are checked by tests/test_results.py."""
+import gzip
 import importlib.util
 import json
 import subprocess
@@ -9,40 +12,58 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch import nn
 
+from test_cli_errors import cli
 from tests.reference_weights import DEVICE
 from transformer_lib.data import multi30k_dir
 from transformer_lib.device import pick_amp
-from transformer_lib.multihead import MultiHeadAttention
 
 REPO = Path(__file__).resolve().parent.parent
+# How many pairs of each Multi30k file the slice keeps: enough for a vocabulary of 1,000 and a few batches.
+SLICE = {"train": 2000, "val": 60, "test_2016_flickr": 20, "test_2017_flickr": 20}
 
 
-@DEVICE
-def test_benchmark_smoke_run(tmp_path, device):
+@pytest.fixture(scope="module")
+def multi30k_slice(tmp_path_factory) -> Path:
+    """The first pairs of each real Multi30k file, as a Multi30k folder (the full BPE and validation set would
+    take most of the smoke run's time and test nothing more)."""
     data_dir = multi30k_dir() or REPO.parent / "shared" / "data" / "multi30k"
     if not data_dir.is_dir():
         pytest.skip("Multi30k is not available here (set MULTI30K_DIR)")
+    folder = tmp_path_factory.mktemp("multi30k")
+    for stem, count in SLICE.items():
+        for lang in ("de", "en"):
+            with gzip.open(data_dir / f"{stem}.{lang}.gz", "rt", encoding="utf-8") as f:
+                lines = [next(f) for _ in range(count)]
+            with gzip.open(folder / f"{stem}.{lang}.gz", "wt", encoding="utf-8") as f:
+                f.writelines(lines)
+    return folder
+
+
+SMOKE = ["--max-steps", "10", "--budget", "10m", "--average-every", "5", "--ours-average", "2", "--ours-cooldown", "0.5",
+         "--test-limit", "3", "--log-every", "5", "--validate-every", "10", "--d-model", "32", "--d-ff", "64",
+         "--layers", "1", "--vocab-size", "1000", "--no-progress"]
+
+
+@DEVICE
+def test_benchmark_smoke_run(tmp_path, device, multi30k_slice):
     out = tmp_path / "results"
-    command = [sys.executable, str(REPO / "scripts" / "benchmark_multi30k.py"), "--data-dir", str(data_dir),
-               "--out", str(out), "--weights-dir", str(tmp_path / "runs"), "--max-steps", "4", "--budget", "10m",
-               "--average-every", "2", "--ours-average", "2", "--ours-cooldown", "0.5", "--test-limit", "3", "--log-every", "2", "--validate-every", "4", "--d-model", "32",
-               "--d-ff", "64", "--layers", "1", "--vocab-size", "1000", "--threads", "1", "--no-progress", "--device", device]
+    command = [sys.executable, str(REPO / "scripts" / "benchmark_multi30k.py"), "--data-dir", str(multi30k_slice),
+               "--out", str(out), "--weights-dir", str(tmp_path / "runs"), *SMOKE, "--threads", "1", "--device", device]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     metrics = json.loads((out / "metrics.json").read_text())
     ours, peer = metrics["models"]["ours"], metrics["models"]["peer"]
-    assert ours["steps"] == peer["steps"] == 4
-    assert ours["recipe"]["averaged_steps"] == [2, 4] and peer["recipe"]["average_last"] == 0
+    assert ours["steps"] == peer["steps"] == 10
+    assert ours["recipe"]["averaged_steps"] == [5, 10] and peer["recipe"]["average_last"] == 0
     assert ours["recipe"]["kept"] in ("last_weights", "averaged_weights") and peer["recipe"]["cooldown"] == 0
-    assert ours["history"][-1]["lr"] == 0.0       # the cooldown ends the schedule at 0 (max-steps 4, cooldown 0.5)
-    assert [h["step"] for h in ours["history"] if "valid_loss" in h] == [4]
-    if device == "cpu":   # --ours-amp auto: bf16 only if a few timed steps on this machine say it is faster
-        assert ours["recipe"]["amp"] in ("bf16", None)
-        assert set(ours["recipe"]["amp_probe_seconds"]) == {"float32", "bf16"}
+    assert ours["recipe"]["init"] == "torch" and ours["recipe"]["attention"] == "fused"
+    assert ours["history"][-1]["lr"] == 0.0       # the cooldown ends the schedule at 0 (max-steps 10, cooldown 0.5)
+    assert [h["step"] for h in ours["history"] if "valid_loss" in h] == [10]
+    if device == "cpu":   # --ours-amp auto: bf16 only where timed steps say it is faster; not timed for 10 steps
+        assert ours["recipe"]["amp"] is None
     else:                 # on a GPU, what it has: bf16 on capability >= 8.0, fp16 below
-        assert ours["recipe"]["amp"] == pick_amp(device) and "amp_probe_seconds" not in ours["recipe"]
+        assert ours["recipe"]["amp"] == pick_amp(device)
         assert (ours["hardware"]["gpu"], ours["hardware"]["cuda"]) == (torch.cuda.get_device_name(), torch.version.cuda)
     assert set(ours["valid_greedy"]) == {"last_weights", "averaged_weights"} and set(peer["valid_greedy"]) == {
         "last_weights"}
@@ -53,6 +74,62 @@ def test_benchmark_smoke_run(tmp_path, device):
         assert (out / name).is_file(), name
     assert ours["hardware"]["device"] == device and ours["config"]["device"] == device
     assert peer["recipe"]["amp"] is None                  # --peer-amp none: the peer's float32 recipe
+    # Ours is a run folder of the product: `evaluate --run` scores it as the script did, `translate` opens it.
+    run = out / "runs" / "ours"
+    assert ours["run"] == str(run) and ours["train_command"].startswith(f"python -m transformer_lib train --run {run} ")
+    for split in ("test_2016", "test_2017"):
+        scored = cli("evaluate", "--run", run, "--split", split, "--beam", "4", "--limit", "3", "--device", device)
+        assert scored.returncode == 0, scored.stderr
+        assert round(json.loads(scored.stdout)["bleu"], 2) == ours["test"][split]["beam4"]["bleu"]
+    hypotheses = (out / "hypotheses_ours_test_2016_greedy.txt").read_text(encoding="utf-8").splitlines()
+    sources = [line.strip() for line in gzip.open(multi30k_slice / "test_2016_flickr.de.gz", "rt", encoding="utf-8")]
+    translated = cli("translate", "--run", run, "--device", device, *sources[:3])
+    assert translated.returncode == 0 and translated.stdout.splitlines() == hypotheses, translated.stderr
+    drawn = cli("translate", "--run", run, "--device", device, "--attention", tmp_path / "map.png", sources[0])
+    assert drawn.returncode == 0 and (tmp_path / "map.png").is_file(), drawn.stderr
+
+
+def test_ours_and_the_peer_draw_the_same_batches(tmp_path, monkeypatch, multi30k_slice):
+    """The peer's batches (the script's own TranslationData) hold the token ids of ours' (the one
+    `train_run` builds), epoch after epoch, from the same tokenizer."""
+    from transformer_lib import data as data_module
+    from transformer_lib.files import fingerprint_tokenizer
+    from transformer_lib.runs import RunFolder
+    from transformer_lib.train_run import train_run
+    benchmark = _benchmark_module()
+    args = benchmark.build_parser().parse_args(["--data-dir", str(multi30k_slice), *SMOKE, "--max-steps", "1"])
+    _, _, _, tokenizer, _, peer_data = benchmark.shared_data(args)
+    built = []
+
+    class Recorded(data_module.TranslationData):
+        def __init__(self, *arguments, **options):
+            super().__init__(*arguments, **options)
+            built.append(self)
+    monkeypatch.setattr(data_module, "TranslationData", Recorded)
+    settings = benchmark.ours_settings(args)
+    train_run(tmp_path / "run", settings, announce=False)
+    assert RunFolder(tmp_path / "run").read().tokenizer.fingerprint == fingerprint_tokenizer(tokenizer.tokenizer.to_str())
+    ours_data = built[0]                                # the training pairs' (the validation pairs' come next)
+    for epoch in (0, 1):
+        ours, peer = ours_data.batches(epoch, seed=settings.seed), peer_data.batches(epoch, seed=args.seed)
+        assert len(ours) == len(peer) > 10
+        for a, b in zip(ours, peer):
+            assert torch.equal(a.src, b.src) and torch.equal(a.tgt_in, b.tgt_in) and torch.equal(a.tgt_out, b.tgt_out)
+
+
+def test_the_benchmark_recipe_is_a_train_command():
+    """The recorded train command, parsed by `train`, gives the settings ours trained with (its defaults:
+    the table's model)."""
+    from transformer_lib.cli import build_parser, settings_from
+    from transformer_lib.options import train_command
+    benchmark = _benchmark_module()
+    settings = benchmark.ours_settings(benchmark.build_parser().parse_args(["--data-dir", "/data/multi30k"]))
+    words = train_command(settings, "runs/multi30k")
+    assert settings_from(build_parser().parse_args(words[3:])) == settings
+    assert (settings.init, settings.average, settings.average_every, settings.attention) == ("torch", 5, 100, "fused")
+    assert (settings.vocab_size, settings.d_model, settings.heads, settings.d_ff, settings.layers) == (8000, 256, 4, 1024, 3)
+    assert (settings.attention_dropout, settings.activation_dropout, settings.max_tokens, settings.time_budget) == (
+        0, 0, 2048, 1800)
 
 
 @pytest.mark.parametrize("device, message", [
@@ -75,19 +152,3 @@ def _benchmark_module():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def test_attention_init_like_torch_draws_what_nn_multihead_attention_draws():
-    init_attention_like_torch = _benchmark_module().init_attention_like_torch
-    ours, theirs = MultiHeadAttention(32, 4), nn.MultiheadAttention(32, 4)
-    out_weight = ours.out_proj.weight.detach().clone()
-    torch.manual_seed(7)
-    init_attention_like_torch(ours)
-    torch.manual_seed(7)
-    theirs._reset_parameters()        # Xavier on the packed (3D, D) in_proj_weight first, then zero biases
-    packed = torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight])
-    torch.testing.assert_close(packed, theirs.in_proj_weight, rtol=0, atol=0)
-    assert packed.abs().max() <= (6 / (4 * 32)) ** 0.5     # the bound of a 3D x D matrix, not of D x D
-    for proj in (ours.q_proj, ours.k_proj, ours.v_proj, ours.out_proj):
-        assert torch.count_nonzero(proj.bias) == 0
-    torch.testing.assert_close(ours.out_proj.weight, out_weight, rtol=0, atol=0)   # W^O keeps its D x D Xavier

@@ -21,8 +21,9 @@ import time
 from pathlib import Path
 
 from transformer_lib.run_config import RunError, one_line
-from transformer_lib.settings import (INT_LIMIT, TrainSettings, add_setting, checked_number, device_name,  # noqa: F401
-                                      parse_duration, path_argument)
+from transformer_lib.options import (add_setting, checked_number, device_name, parse_duration,  # noqa: F401
+                                     path_argument)
+from transformer_lib.settings import INT_LIMIT, TrainSettings
 
 # torch and the course's other modules are imported inside the commands, after argparse has checked
 # the arguments: a mistyped option is answered at once instead of after torch's seconds of import.
@@ -40,6 +41,15 @@ def attention_head(text: str) -> int | str:
         return text
     return checked_number({"kind": int, "ok": lambda v: 0 < v <= INT_LIMIT,
                            "wanted": "a head number from 1, or mean"})(text)
+
+
+def _launcher() -> list[str]:
+    """How this command was started, for the resume line: torchrun with its processes a node, else python."""
+    if "LOCAL_WORLD_SIZE" in os.environ and "TORCHELASTIC_RUN_ID" in os.environ:   # started by torchrun
+        nodes = int(os.environ.get("WORLD_SIZE", 1)) // max(1, int(os.environ["LOCAL_WORLD_SIZE"]))
+        return ["torchrun", f"--nproc_per_node={os.environ['LOCAL_WORLD_SIZE']}",
+                *([f"--nnodes={nodes}"] if nodes > 1 else []), "-m", "transformer_lib", "--"]
+    return ["python", "-m", "transformer_lib"]
 
 
 def _is_main_process() -> bool:
@@ -300,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as stop:
         if _is_main_process():
             run = getattr(stop, "run", None) or args.run        # where the folder is now, if it was moved
-            again = shlex.join(["python", "-m", "transformer_lib", *_with_run(argv, run)])
+            again = shlex.join([*_launcher(), *_with_run(argv, run)])
             print(stop.message(run, again) if hasattr(stop, "message") else "interrupted; nothing was written",
                   file=sys.stderr)
         return 128 + getattr(stop, "signum", signal.SIGINT)

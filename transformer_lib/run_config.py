@@ -4,7 +4,8 @@ rules (which settings must stay as the run began, which may change and are repor
 Hand-written, not exported: a part of `runs.py` (the run folder), kept apart to keep each file
 short. config.json records the model configuration, the data (corpus, languages, folder), the
 training settings that decide the updates (`TrainSettings.recorded()`), the number of processes,
-gradient accumulation and batch padding, the precision the run began in ("amp"), fingerprints
+gradient accumulation and batch padding, the precision the run began in ("amp") and its attention path
+("attention", where --attention was not left at fused), fingerprints
 (SHA-256) of its tokenizer and training pairs (and of its validation and test pairs), where its data
 came from ("source", a `sources.DataSource` as a dict), the settings changed on resume ("changes"),
 and a random id that its checkpoints carry too ("run_id"). It also says which pairs `evaluate` scores.
@@ -18,11 +19,13 @@ import math
 import os
 from pathlib import Path
 
-from transformer_lib.settings import CHANGEABLE_ON_RESUME, DATA_KINDS, SEED_LIMIT, SOURCE_FIELDS, option_of
+from transformer_lib.settings import (ATTENTION_CHOICES, CHANGEABLE_ON_RESUME, DATA_KINDS, INIT_CHOICES, SEED_LIMIT,
+                                      SOURCE_FIELDS, option_of)
 
 FORMAT = 3
 CONFIG = "config.json"
 AMP_DTYPES = ("bf16", "fp16", "float32")     # the precision a run began in (`train --amp` resolved)
+ATTENTION_PATHS = tuple(c for c in ATTENTION_CHOICES if c != "auto")    # what `--attention auto` resumes with
 # The option that sets each recorded setting, for messages.
 OPTION_OF_FIELD = {"d_model": "--d-model", "n_heads": "--heads", "d_ff": "--d-ff", "n_encoder_layers": "--layers",
                    "n_decoder_layers": "--layers", "dropout": "--dropout", "norm_first": "--post-ln",
@@ -30,7 +33,8 @@ OPTION_OF_FIELD = {"d_model": "--d-model", "n_heads": "--heads", "d_ff": "--d-ff
                    "vocab_size": "--vocab-size", "data": "--data", "src_lang": "--src-lang", "tgt_lang": "--tgt-lang",
                    "attention_dropout": "--attention-dropout", "activation_dropout": "--activation-dropout",
                    "seed": "--seed", "max_tokens": "--max-tokens", "warmup": "--warmup", "lr_factor": "--lr-factor",
-                   "label_smoothing": "--label-smoothing", "cooldown": "--cooldown",
+                   "label_smoothing": "--label-smoothing", "cooldown": "--cooldown", "init": "--init",
+                   "average": "--average", "average_every": "--average-every",
                    "pad_to_multiple": "--pad-to-multiple, or --compile, which pads batches to a multiple of 8 "
                                       "and so makes other batches",
                    **{f"source.{field}": option_of(name) for name, field in SOURCE_FIELDS.items()},
@@ -70,11 +74,15 @@ _TOP_LEVEL = {"data": (lambda v: v in DATA_KINDS, f"one of {', '.join(DATA_KINDS
               "vocab_size": (lambda v: v is None or _int(1)[0](v), "null or an integer >= 1"),
               "processes": _int(1), "accumulate": _int(1), "pad_to_multiple": _int(1),
               "amp": (lambda v: v in AMP_DTYPES, f"one of {', '.join(AMP_DTYPES)}"),
+              "attention": (lambda v: v in ATTENTION_PATHS, f"one of {', '.join(ATTENTION_PATHS)}"),
               "changes": (lambda v: isinstance(v, list), "a list of the settings changed on resume"),
               "run_id": (lambda v: isinstance(v, str) and v.strip() != "", "a non-empty string")}
 _TRAINING = {"seed": _int(0, SEED_LIMIT), "max_tokens": _int(1), "warmup": _int(1),
              "lr_factor": _number(0, open_low=True), "label_smoothing": _number(0, 1)}
-_OPTIONAL_TRAINING = {"cooldown": _number(0, 1)}     # not recorded before format 3: 0 then
+# cooldown: not recorded before format 3 (0 then); init and averaging: only where not the defaults (ours, 0).
+_OPTIONAL_TRAINING = {"cooldown": _number(0, 1), "average": _int(1), "average_every": _int(1),
+                      "init": (lambda v: v in INIT_CHOICES, f"one of {', '.join(INIT_CHOICES)}")}
+TRAINING_DEFAULTS = {"cooldown": 0.0, "init": "ours", "average": 0}
 
 
 def _model_field_check(field: dataclasses.Field):
@@ -125,7 +133,8 @@ def _config_problem(meta) -> str | None:
     training = meta["training"]
     allowed = set(_TRAINING) | set(_OPTIONAL_TRAINING)
     if not isinstance(training, dict) or not set(_TRAINING) <= set(training) <= allowed:
-        return f"\"training\" is {training!r}, expected an object with {', '.join(_TRAINING)} (and cooldown)"
+        return (f"\"training\" is {training!r}, expected an object with {', '.join(_TRAINING)} (and "
+                f"{', '.join(_OPTIONAL_TRAINING)})")
     for name, (check, what) in {**_TRAINING, **_OPTIONAL_TRAINING}.items():
         if name in training and not check(training[name]):
             return f"\"training\".\"{name}\" is {training[name]!r}, expected {what}"
@@ -192,7 +201,9 @@ def new_config(config, data: str, src_lang, tgt_lang, data_dir, vocab_size: int,
 
 def _compared(meta: dict) -> dict:
     src_lang, tgt_lang = DEFAULT_LANGS.get(meta.get("data"), (None, None))
-    training = {"cooldown": 0.0, **meta.get("training", {})} if "training" in meta else {}
+    training = {**TRAINING_DEFAULTS, **meta.get("training", {})} if "training" in meta else {}
+    if not training.get("average"):
+        training.pop("average_every", None)          # snapshots spaced for no averaging
     source = {f"source.{k}": v for k, v in meta.get("source", {}).items() if k not in SOURCE_NOT_COMPARED}
     return {**meta.get("model", {}), "data": meta.get("data"), "src_lang": meta.get("src_lang") or src_lang,
             "tgt_lang": meta.get("tgt_lang") or tgt_lang, "vocab_size": meta.get("vocab_size"),
@@ -208,7 +219,8 @@ def check_same_run(run: Path, old: dict, new: dict) -> list[str]:
     for key in now:
         if key not in was or was[key] is None and key == "vocab_size":
             was[key] = now[key]      # not recorded by the version that wrote the run
-    differ = [key for key in sorted(was.keys() | now.keys()) if was.get(key) != now.get(key)]
+    differ = [key for key in sorted(was.keys() | now.keys()) if was.get(key) != now.get(key)
+              and not (key == "average_every" and was.get("average") != now.get("average"))]   # said by average
     words = {key: f"{key} {was.get(key)} -> {now.get(key)} ({OPTION_OF_FIELD.get(key, 'not an option')})"
              for key in differ}
     refused = [words[key] for key in differ if key not in CHANGEABLE_ON_RESUME]

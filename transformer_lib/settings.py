@@ -8,7 +8,6 @@ here and only here: `train --help` prints them from these fields.
 Which settings a run records, compares on resume, or lets change on resume is said here too
 (`RECORDED`, `CHANGEABLE_ON_RESUME`); `runs.RunFolder` applies those rules.
 """
-import argparse
 import dataclasses
 import math
 import re
@@ -23,6 +22,8 @@ SOURCE_FIELDS = {"data_dir": "data_dir", "src_lang": "src_lang", "tgt_lang": "tg
                  "split_seed": "seed", "src_column": "src_column", "tgt_column": "tgt_column", "header": "header",
                  "delimiter": "delimiter"}
 AMP_CHOICES = ("auto", "bf16", "fp16", "none")
+INIT_CHOICES = ("ours", "torch")                    # --init: how the attention projections are drawn
+ATTENTION_CHOICES = ("fused", "explicit", "auto")   # --attention: the path training takes
 # --delimiter by name: a tab is hard to type on a command line.
 DELIMITER_NAMES = {"tab": "\t", "\\t": "\t", "comma": ",", "semicolon": ";", "pipe": "|", "space": " "}
 TEST_FRACTION = 0.05         # --test-fraction when --valid is not given
@@ -106,6 +107,9 @@ class TrainSettings:
                                                 "dropout on feed-forward hidden units (0 = the paper)", PROBABILITY,
                                                 shown="--dropout")
     post_ln: bool = _setting(False, "--post-ln", "post-LN as in the paper instead of pre-LN", flag=True, shown="pre-LN")
+    init: str = _setting("ours", "--init", "how the attention projections are drawn. ours: W^Q, W^K, W^V each "
+                         "Xavier-uniform alone; torch: as nn.MultiheadAttention draws them (one packed 3D x D Xavier "
+                         "matrix, so smaller, and zero biases)", choices=INIT_CHOICES)
     max_len: int = _setting(512, "--max-len", "longest sequence in tokens; longer training pairs are dropped",
                             _rule(int, lambda v: 2 <= v <= INT_LIMIT, "an integer >= 2 (<s> and </s> included)"))
     # --- loss, batches, schedule ---
@@ -137,12 +141,22 @@ class TrainSettings:
                                          f"an integer >= 0 and a multiple of {LOG_EVERY} (the steps between "
                                          "logged losses; 0 = never)"))
     checkpoint_every: int = _setting(100, "--checkpoint-every", "steps between checkpoints", POSITIVE)
+    average: int = _setting(0, "--average", "at the end, average the last N snapshots of the weights (the paper's "
+                            "§6.1) and keep the average where its greedy BLEU on the validation pairs is higher than "
+                            "the last weights' (0 = off: the last weights)", NONNEGATIVE, metavar="N")
+    average_every: int = _setting(100, "--average-every", "steps between the snapshots --average averages", POSITIVE,
+                                  metavar="K")
     # --- where and how fast (not recorded: a run may resume elsewhere) ---
     device: str | None = _setting(None, "--device", "cuda, cuda:N, mps or cpu", shown="the best present")
     amp: str = _setting("auto", "--amp", "mixed precision. auto: what the run folder records, else what pays here: "
                         "bf16 on CUDA capability >= 8.0, fp16 below, on a CPU bf16 only with bf16 instructions and "
                         f"measured faster (runs of >= {AMP_MEASURE_MIN_STEPS} steps), else float32. bf16: CUDA or a "
                         "CPU; fp16: CUDA; none: float32", choices=AMP_CHOICES)
+    attention: str = _setting("fused", "--attention", "the attention path training takes. fused: "
+                              "F.scaled_dot_product_attention; explicit: the matmul-softmax of notebook 04; auto: what "
+                              "the run folder records, else the faster of the two over a few timed training steps here "
+                              f"(runs of >= {AMP_MEASURE_MIN_STEPS} steps; shorter ones: fused)",
+                              choices=ATTENTION_CHOICES)
     threads: int | None = _setting(None, "--threads", "CPU threads for torch",
                                    _rule(int, lambda v: 0 < v <= 1024, "an integer in [1, 1024]"),
                                    shown="torch's choice")
@@ -180,9 +194,12 @@ class TrainSettings:
 
     def recorded(self) -> dict:
         """The settings a run records in its config.json "training" and compares on resume (besides
-        the model, the data and the batches, which config.json records apart)."""
+        the model, the data and the batches, which config.json records apart); --init and --average only
+        where they are not the defaults, so a run without them records what runs recorded before them."""
         return {"seed": self.seed, "max_tokens": self.max_tokens, "warmup": self.warmup, "lr_factor": self.lr_factor,
-                "label_smoothing": self.label_smoothing, "cooldown": self.cooldown}
+                "label_smoothing": self.label_smoothing, "cooldown": self.cooldown,
+                **({"init": self.init} if self.init != "ours" else {}),
+                **({"average": self.average, "average_every": self.average_every} if self.average else {})}
 
 
 # A resumed run may change these, and says so: the message of a non-finite loss recommends them.
@@ -290,59 +307,3 @@ def _check_field(f: dataclasses.Field, value) -> None:
         raise TypeError(f"{where} must be {rule['wanted']}, got {value!r}")
     if not (math.isfinite(value) and rule["ok"](value)):
         raise ValueError(f"{where} must be {rule['wanted']}, got {value!r}")
-
-
-# --- the command line's options: one a field, parsed and checked as the field wants ---------------------
-
-def checked_number(rule: dict):
-    """An argparse `type` that parses `rule["kind"]` and accepts finite values where `rule["ok"]` holds."""
-    def parse(text: str):
-        try:
-            value = rule["kind"](text)
-        except (ValueError, OverflowError):
-            raise argparse.ArgumentTypeError(f"must be {rule['wanted']}, got {text!r}") from None
-        if not (math.isfinite(value) and rule["ok"](value)):
-            raise argparse.ArgumentTypeError(f"must be {rule['wanted']}, got {text!r}")
-        return value
-    return parse
-
-
-def path_argument(text: str) -> Path:
-    """A path that is not empty: '' would mean the current folder."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError(f"must be a path, got {text!r} (an empty path would mean the current folder)")
-    return Path(text)
-
-
-def parse_duration(text: str) -> float:
-    """'90', '90s', '25m' or '1.5h' -> seconds (finite, > 0)."""
-    units = {"s": 1, "m": 60, "h": 3600}
-    try:
-        seconds = float(text[:-1]) * units[text[-1]] if text[-1] in units else float(text)
-    except (ValueError, IndexError, OverflowError):
-        seconds = float("nan")
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 90s, 25m, 1.5h)")
-    return seconds
-
-
-def device_name(text: str) -> str:
-    """cpu, cuda, cuda:N or mps (whether it is present is checked when the command runs)."""
-    if not re.fullmatch(r"cpu|cuda(:\d{1,4})?|mps", text):
-        raise argparse.ArgumentTypeError(f"unknown device {text!r}; use cpu, cuda, cuda:N or mps")
-    return text
-
-
-def add_setting(parser: argparse.ArgumentParser, f: dataclasses.Field) -> None:
-    """One option for one field of TrainSettings, its default said once, from the field."""
-    meta = f.metadata
-    shown = meta["shown"] if meta["shown"] is not None else f.default
-    text = f"{meta['help']} (default: {shown})"
-    if meta.get("flag"):
-        parser.add_argument(meta["option"], dest=f.name, action="store_false" if meta.get("inverted") else "store_true",
-                            help=text)
-        return
-    kind = (parse_duration if meta.get("duration") else path_argument if meta.get("path")
-            else device_name if f.name == "device" else checked_number(meta["rule"]) if meta["rule"] else None)
-    parser.add_argument(meta["option"], dest=f.name, type=kind, default=f.default, choices=meta.get("choices"),
-                        help=text)

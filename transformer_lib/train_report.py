@@ -51,6 +51,16 @@ def where_in_file(source, splits, index: int) -> str:
     return f"pair {index + 1:,} of the {source.kind} training split"
 
 
+def data_option(s, split: str) -> str:
+    """The options that chose the pairs of `split` (for the messages of a resume with other data)."""
+    where = f"--data {s.data}" + (f" --data-dir {s.data_dir}" if s.data_dir else "")
+    if split == "train" or s.source.kind in ("builtin", "multi30k"):
+        return where
+    given = getattr(s.source, split)
+    return f"--{split} {s.valid if split == 'valid' else s.test}" if given is not None else (
+        f"{where} carved by --{split}-fraction {getattr(s.source, split + '_fraction')} --split-seed {s.split_seed}")
+
+
 def data_lines(s, source, splits, dropped: dict) -> list[str]:
     """The block said before the first step about the data: one line a split, and what was dropped."""
     carved = carved_splits(source)
@@ -170,6 +180,9 @@ def end_lines(summary: dict, run: Path, moved_from: Path | None, splits: dict, w
              "training steps in all (what --time-budget counts); " + (
                  f"validation loss {valid[1]:.3f} at step {valid[0]}" if valid else
                  "no validation loss (no validation pairs, or --validate-every 0)")]
+    if summary.get("averaging"):
+        from transformer_lib.recipe import averaging_line
+        lines.append(averaging_line(summary["averaging"]))
     lines.append(f"the run is in the folder {run}" + (f" (moved there from {moved_from} while it trained)" if moved_from else ""))
     command = ["python", "-m", "transformer_lib", "evaluate", "--run", str(run)]
     if splits.get("test"):

@@ -19,13 +19,14 @@ import uuid
 
 from transformer_lib import runs
 from transformer_lib.data_files import check_source_files, header_warning
+from transformer_lib.recipe import Averaging, build_model, check_average, launch_attention, recorded_attention
 from transformer_lib.run_config import check_data_dir
 from transformer_lib.runs import RunError, RunFolder, one_line
 from transformer_lib.settings import LOG_EVERY, TrainSettings
 from transformer_lib.train_device import launch_amp, resolve_amp, resolve_device  # noqa: F401
 from transformer_lib.train_signals import Signals, TrainingStopped, stop_callback  # noqa: F401
-from transformer_lib.train_report import (Progress, data_lines, dropped_pairs, end_lines, last_valid_loss,
-                                          model_line, where_in_file)
+from transformer_lib.train_report import (Progress, data_lines, data_option, dropped_pairs, end_lines,
+                                          last_valid_loss, model_line, where_in_file)
 
 
 def check_settings(settings: TrainSettings, device) -> None:
@@ -88,21 +89,10 @@ def _recorded_source(source) -> dict:
     return record
 
 
-def _data_option(s: TrainSettings, split: str) -> str:
-    """The options that chose the pairs of `split`, for messages."""
-    where = f"--data {s.data}" + (f" --data-dir {s.data_dir}" if s.data_dir else "")
-    if split == "train" or s.source.kind in ("builtin", "multi30k"):
-        return where
-    given = getattr(s.source, split)
-    return f"--{split} {s.valid if split == 'valid' else s.test}" if given is not None else (
-        f"{where} carved by --{split}-fraction {getattr(s.source, split + '_fraction')} --split-seed {s.split_seed}")
-
-
 def _prepare(folder: RunFolder, s: TrainSettings, device, processes: int, write: bool, pipes=None) -> dict:
     """Check the run folder, data and settings; build the model, data and optimizer; with `write`,
     then write tokenizer.json and config.json. A finished run returns at once ({"finished": why})."""
     from transformer_lib.data import TranslationData
-    from transformer_lib.model import build_transformer
     from transformer_lib.sources import read_source
     from transformer_lib.tokenization import train_bpe_tokenizer
     from transformer_lib.training import (LabelSmoothingLoss, load_weights, make_optimizer, translation_loss,
@@ -113,7 +103,7 @@ def _prepare(folder: RunFolder, s: TrainSettings, device, processes: int, write:
         old_meta, tokenizer = folder.meta, folder.tokenizer
         config = _model_config(s, tokenizer.vocab_size, tokenizer.pad_id)
         changes = runs.check_same_run(folder.path, old_meta, _meta(s, _source_of(s, old_meta), config, processes))
-        model = build_transformer(config).to(device)
+        model = build_model(config, s.init, device)
         if folder.checkpoint is not None:   # fitted now, so a bad file is refused before anything runs
             runs.apply_checkpoint(folder.path / runs.CHECKPOINT, folder.checkpoint,
                                   lambda c: load_weights(model, c["model"]))
@@ -135,14 +125,15 @@ def _prepare(folder: RunFolder, s: TrainSettings, device, processes: int, write:
         if pipes is not None:
             pipes.close()
     train_pairs, prints = splits.train, splits.fingerprint()
+    check_average(s, splits.valid)
     if old_meta is not None:
         for split in ("train", "valid", "test"):
-            runs.check_same_data(folder.path, old_meta, prints[split], _data_option(s, split), split)
+            runs.check_same_data(folder.path, old_meta, prints[split], data_option(s, split), split)
     else:
         tokenizer = train_bpe_tokenizer([text for pair in train_pairs for text in pair], vocab_size=s.vocab_size)
         tokenizer.fingerprint = runs.fingerprint_tokenizer(tokenizer.tokenizer.to_str())
         config = _model_config(s, tokenizer.vocab_size, tokenizer.pad_id)
-        model = build_transformer(config).to(device)
+        model = build_model(config, s.init, device)
     try:
         data = TranslationData(train_pairs, tokenizer, s.max_tokens, max_len=config.max_len,
                                pad_to_multiple=s.batch_multiple)
@@ -174,6 +165,7 @@ def _prepare(folder: RunFolder, s: TrainSettings, device, processes: int, write:
             dropped["valid"] = (len(splits.valid) - len(valid_data), "not counted in the validation loss")
         validate = lambda m: validation_loss(m, valid_batches, loss_fn)   # noqa: E731
     amp = launch_amp(s, device, old_meta, model, data, loss_fn)
+    attention = launch_attention(s, device, old_meta, model, data, loss_fn, amp)     # (path, what train says)
     meta = {**_meta(s, source, config, processes, tokenizer.fingerprint, prints),
             "run_id": (old_meta or {}).get("run_id") or uuid.uuid4().hex}
     if old_meta is not None:        # what an older run did not record is recorded now; what changed, with its step
@@ -183,12 +175,13 @@ def _prepare(folder: RunFolder, s: TrainSettings, device, processes: int, write:
                 "fingerprints": old_meta.get("fingerprints", meta["fingerprints"]),
                 "changes": old_meta.get("changes", []) + [{"step": step, "change": c} for c in changes]}
     meta["amp"] = (old_meta or {}).get("amp") or amp or "float32"
+    meta.update(recorded_attention(s, old_meta, attention[0]))
     if write and meta != old_meta:       # everything checked: only now is the folder written
         folder.start(meta, tokenizer if old_meta is None else None)
     folder.meta = meta
     return {"model": model, "data": data, "optimizer": optimizer, "scheduler": scheduler, "loss_fn": loss_fn,
             "validate": validate, "amp": amp, "changes": changes, "source": source, "splits": splits,
-            "dropped": dropped, "vocabulary": tokenizer.vocab_size}
+            "dropped": dropped, "vocabulary": tokenizer.vocab_size, "tokenizer": tokenizer, "attention": attention}
 
 
 def _prepare_in_turn(folder: RunFolder, s: TrainSettings, device, context, resources) -> dict:
@@ -263,10 +256,13 @@ def train_run(run, settings: TrainSettings, announce: bool = True) -> dict:
         launch_amp = folder.meta.get("amp", "float32") if "finished" in prepared else prepared["amp"] or "float32"
         pairs = {split: len(getattr(prepared["splits"], split)) for split in ("train", "valid", "test")} \
             if "splits" in prepared else None
+        averaging = Averaging(s.average, s.average_every, folder.checkpoint)
 
         def done(state) -> dict:
             return {**runs.summary(state, parameters, world_size, s.accumulate), "amp": launch_amp,
-                    **({"pairs": pairs} if pairs else {}),
+                    **({"attention": folder.meta["attention"]} if "attention" in folder.meta else {}),
+                    **({"pairs": pairs} if pairs else {}), **({"averaging": averaging.record} if averaging.record
+                                                               else {}),
                     "valid_loss": (last_valid_loss(state.get("history", [])) or (None, None))[1]}
         if "finished" in prepared:
             say(f"{folder.path} is finished: {prepared['finished']}; nothing was changed (raise --max-steps or "
@@ -283,6 +279,8 @@ def train_run(run, settings: TrainSettings, announce: bool = True) -> dict:
             say(f"warning: {warning}")
         say(model_line(s, parameters, prepared["vocabulary"]))
         say(f"precision: {amp or 'float32'} (--amp {s.amp})")
+        if "attention" in folder.meta:
+            say(prepared["attention"][1])
         for change in prepared["changes"]:
             say(f"changed on resume: {change}")
         if rank == 0:
@@ -296,14 +294,19 @@ def train_run(run, settings: TrainSettings, announce: bool = True) -> dict:
             scheduler=prepared["scheduler"], device=device, max_steps=s.max_steps, time_budget_s=s.time_budget,
             amp_dtype=amp, progress=False, accumulate=s.accumulate, log_every=LOG_EVERY,
             validate=prepared["validate"], validate_every=s.validate_every if prepared["validate"] else None)
+        averaging.attach(trainer)           # its snapshot of a step comes before that step's checkpoint
         saved = [None]                      # the step of the checkpoint on disk
         if folder.checkpoint is not None:
             runs.apply_checkpoint(folder.path / runs.CHECKPOINT, folder.checkpoint, trainer.restore)
+            averaging.resume(model)
             saved[0] = trainer.state.step
             say(f"resuming {folder.path / runs.CHECKPOINT} at step {trainer.state.step}")
 
         def save(trainer, final: bool = False) -> None:     # every rank joins; rank 0 writes
-            payload = trainer.checkpoint({"run": runs.identity(folder.meta)})
+            if final and rank == 0:         # --average: the averaged weights or the last, whichever scores higher
+                averaging.decide(model, trainer.state.step, prepared["tokenizer"], prepared["splits"].valid,
+                                 folder.meta)
+            payload = trainer.checkpoint({"run": runs.identity(folder.meta), **averaging.extra()})
             if rank == 0:
                 folder.save_checkpoint(payload, done(payload["state"]) if final else None, saved_step=saved[0])
                 saved[0] = payload["state"]["step"]
