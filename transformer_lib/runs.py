@@ -338,10 +338,10 @@ class RunFolder:
         except (OSError, ValueError, AttributeError):
             return False
 
-    def check_room(self, model) -> None:
+    def check_room(self, model, copies: int = 0) -> None:
         """Before the first step: RunError when a checkpoint of `model` cannot be written here: a run file
-        made immutable or append-only, or too little free space for a checkpoint (the weights and Adam's
-        two moments; the old checkpoint stays until the new one is whole)."""
+        made immutable or append-only, or too little free space for a checkpoint (the weights, Adam's two
+        moments and `copies` more, e.g. --average's snapshots; the old checkpoint stays until the new one is whole)."""
         self._require_lock("check_room")
         fd, where = self._lock.fd, self.location()
         for name in RUN_FILES[:4]:
@@ -351,11 +351,12 @@ class RunFolder:
                                f"{where / name}`) or train into a new --run folder")
         if fd is None or not hasattr(os, "fstatvfs"):
             return
-        need = sum(p.numel() * p.element_size() for p in model.parameters()) * 3 + (1 << 20)
+        need = sum(p.numel() * p.element_size() for p in model.parameters()) * (3 + copies) + (1 << 20)
         info = os.fstatvfs(fd)
         free = info.f_bavail * info.f_frsize
         if free < need:
             raise RunError(f"{where} has {free / 1e6:.1f} MB free on its disk, but a checkpoint of this model takes "
-                           f"about {need / 1e6:.1f} MB (its weights and the optimizer's two moments); free space, "
+                           f"about {need / 1e6:.1f} MB (its weights, the optimizer's two moments"
+                           f"{', the snapshots --average keeps' if copies else ''}); free space, "
                            "or give a --run folder on another disk")
 

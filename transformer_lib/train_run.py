@@ -284,7 +284,7 @@ def train_run(run, settings: TrainSettings, announce: bool = True) -> dict:
         for change in prepared["changes"]:
             say(f"changed on resume: {change}")
         if rank == 0:
-            folder.check_room(model)        # an unreplaceable file or a full disk, before the first step
+            folder.check_room(model, s.average + 1 if s.average else 0)   # a file it cannot replace, a full disk
         if world_size > 1:
             torch.manual_seed(s.seed + rank)    # the same initial weights, but each rank its own dropout masks
         if s.compile:
