@@ -9,7 +9,7 @@ out first, so no core is left with one of them at the end.
 nbval's kernels talk over local sockets in a folder of each process's own, not over TCP: jupyter_client
 picks a kernel's TCP ports by binding and releasing free ones, and with many workers another worker's
 kernel can take a port in between; the kernel then dies before it answers ("Kernel died before
-replying to kernel_info": 2 of 32 notebooks on a 16-core GPU machine, 2026-11-27).
+replying to kernel_info": 2 of the 29 notebooks and solutions on a 16-core GPU machine, 2026-11-27).
 """
 import os
 import shutil

@@ -142,7 +142,7 @@ class TrainSettings:
                                          "logged losses; 0 = never)"))
     checkpoint_every: int = _setting(100, "--checkpoint-every", "steps between checkpoints", POSITIVE)
     average: int = _setting(0, "--average", "at the end, average the last N snapshots of the weights (the paper's "
-                            "§6.1) and keep the average where its greedy BLEU on the validation pairs is higher than "
+                            "§6.1) and keep the average where its greedy BLEU on the validation pairs is at least "
                             "the last weights' (0 = off: the last weights)", NONNEGATIVE, metavar="N")
     average_every: int = _setting(100, "--average-every", "steps between the snapshots --average averages", POSITIVE,
                                   metavar="K")
