@@ -232,3 +232,54 @@ def test_checker_wants_the_function_itself():
 def test_masked_softmax_log_probabilities_are_named():
     with pytest.raises(AssertionError, match="log-probabilities"):
         check_masked_softmax(lambda s, m: s.masked_fill(m, float("-inf")).log_softmax(-1).nan_to_num(0, neginf=0))
+
+
+# ---------------------------------------------------------------- fresh4: one max for all, a key left out
+def masked_softmax_global_max(scores, mask):
+    """One max for the whole tensor: rows far below it underflow to all zeros."""
+    e = torch.exp(scores - scores.max()).masked_fill(mask, 0.0)
+    total = e.sum(dim=-1, keepdim=True)
+    return torch.where(total > 0, e / total, torch.zeros_like(e))
+
+
+def masked_softmax_global_max_nan(scores, mask):
+    """The same slip without the guard: 0 / 0 = NaN in the rows that underflowed."""
+    e = torch.exp(scores - scores.max()).masked_fill(mask, 0.0)
+    weights = e / e.sum(dim=-1, keepdim=True)
+    return weights.masked_fill(mask.all(dim=-1, keepdim=True), 0.0)
+
+
+def loops_global_max(query, key, value, use_torch=False):
+    """Subtracts the largest score over ALL queries, not each query's own."""
+    scores = [[float((q * k).sum()) / math.sqrt(query.size(1)) for k in key] for q in query]
+    top = max(max(row) for row in scores)
+    if use_torch:
+        exps = torch.tensor(scores).sub(top).exp()                       # float32: 0 / 0 = NaN
+        return torch.stack([sum(w * v for w, v in zip(row / row.sum(), value)) for row in exps])
+    rows = []
+    for row in scores:
+        exps = [math.exp(s - top) for s in row]
+        rows.append(sum(e / sum(exps) * v for e, v in zip(exps, value)))
+    return torch.stack(rows)
+
+
+def loops_without(which):
+    def attention_by_loops(query, key, value):
+        keep = slice(None, -1) if which == "last" else slice(1, None)
+        return attention_by_loops_right(query, key[keep], value[keep]) if key.size(0) > 1 else \
+            attention_by_loops_right(query, key, value)
+    return attention_by_loops
+
+
+@pytest.mark.parametrize("check, wrong, message", [
+    (check_masked_softmax, masked_softmax_global_max, "far below the largest score of the whole tensor.*OWN largest"),
+    (check_masked_softmax, masked_softmax_global_max_nan, "far below the largest score of the whole tensor.*OWN largest"),
+    (check_attention_by_loops, loops_global_max, "ZeroDivisionError.*ONE max is subtracted for all queries"),
+    (check_attention_by_loops, lambda q, k, v: loops_global_max(q, k, v, use_torch=True),
+     "0 or NaN.*OWN largest score, not the largest over all queries"),
+    (check_attention_by_loops, loops_without("last"), "the last key takes no part"),
+    (check_attention_by_loops, loops_without("first"), "the first key takes no part"),
+])
+def test_one_max_for_all_and_a_missing_key_are_named(check, wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check(wrong)

@@ -207,10 +207,23 @@ def test_ring_wrong_answers(wrong, message):
 
 
 def test_the_ring_counts_what_each_rank_sends():
-    from transformer_lib.exercises.distributed import _run_ring
+    from transformer_lib.exercises.ring import _run_ring
     tensors = [torch.arange(10.0) * 10 ** r for r in range(4)]
     results, network = _run_ring(ring, tensors)
     for rank in range(4):
         torch.testing.assert_close(results[rank], sum(tensors))
         assert len(network.sent[rank]) == 2 * (4 - 1)                # 2(N − 1) messages
         assert all(size in (2, 3) for size in network.sent[rank])   # each one chunk: tensor_split(10, 4) = 3, 3, 2, 2
+
+
+# ---------------------------------------------------------------- fresh4: the number of batches per rank
+@pytest.mark.parametrize("per_rank, message", [
+    (lambda n, world_size: (n - 1) // world_size, r"3 of them where .* = 4 is expected \(one too few; \(len"),
+    (lambda n, world_size: n // world_size - 1, r"3 of them where .* = 4 is expected \(one too few"),
+])
+def test_shard_with_a_wrong_count_per_rank_is_named(per_rank, message):
+    def shard(batches, rank, world_size):
+        return [batches[k * world_size + rank] for k in range(per_rank(len(batches), world_size))]
+
+    with pytest.raises(AssertionError, match="every rank got the right batches in the right order, but " + message):
+        check_shard(shard)

@@ -143,3 +143,27 @@ def lookup_in_place(tokens, weight):
 def test_lookup_more_slips_are_named(wrong, message):
     with pytest.raises(AssertionError, match=message):
         check_one_hot_lookup(wrong)
+
+
+# ---------------------------------------------------------------- fresh4: float32 on the way, num_classes = D
+def lookup_in_float32(tokens, weight):
+    """Right to float32's 7 digits: computed in float32, converted back to the weight's dtype."""
+    return (F.one_hot(tokens, weight.size(0)).float() @ weight.float()).to(weight.dtype)
+
+
+def one_hot_of_width_d(tokens, weight):
+    return F.one_hot(tokens, num_classes=weight.size(1)).to(weight.dtype) @ weight
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (lookup_in_float32, "float64 weight .* rounded to float32"),
+    (one_hot_of_width_d, "num_classes is the vocabulary size V = weight.size\\(0\\)"),
+])
+def test_one_hot_lookup_precision_and_width_slips_are_named(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_one_hot_lookup(wrong)
+
+
+def test_one_hot_lookup_in_float64_einsum_is_exact_and_passes():
+    assert accepted(check_one_hot_lookup, lambda tokens, weight: torch.einsum(
+        "blv,vd->bld", F.one_hot(tokens, weight.size(0)).to(weight.dtype), weight))

@@ -197,3 +197,31 @@ def test_pre_ln_named_beyond_the_issue(wrong, message):
 def test_padding_mask_named_beyond_the_issue(wrong, message):
     with pytest.raises(AssertionError, match=message):
         check_padding_mask(wrong)
+
+
+# ---------------------------------------------------------------- fresh4: a sublayer that reads its input unnormalised
+def ff_without_norm2(x, self_attn, feed_forward, norm1, norm2, src_key_padding_mask=None):
+    y = norm1(x)
+    h = x + self_attn(y, y, y, key_padding_mask=src_key_padding_mask)[0]
+    return h + feed_forward(h)
+
+
+def attention_without_norm1(x, self_attn, feed_forward, norm1, norm2, src_key_padding_mask=None):
+    h = x + self_attn(x, x, x, key_padding_mask=src_key_padding_mask)[0]
+    return h + feed_forward(norm2(h))
+
+
+def padding_as_attn_mask(x, self_attn, feed_forward, norm1, norm2, src_key_padding_mask=None):
+    y = norm1(x)
+    h = x + self_attn(y, y, y, attn_mask=src_key_padding_mask)[0]
+    return h + feed_forward(norm2(h))
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (ff_without_norm2, "the feed-forward reads h itself, norm2 is missing"),
+    (attention_without_norm1, "the self-attention reads x itself, norm1 is missing"),
+    (padding_as_attn_mask, "pass it as key_padding_mask=...; attn_mask is the \\(S, S\\) mask"),
+])
+def test_pre_ln_missing_norms_and_the_mask_argument_are_named(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_pre_ln_encoder_layer(wrong)

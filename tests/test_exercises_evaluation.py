@@ -137,3 +137,13 @@ def test_ngram_with_a_repeated_word_is_counted():
 
     with pytest.raises(AssertionError, match="the the cat"):
         check_ngram_precision(skips_repeats)
+
+
+# ---------------------------------------------------------------- fresh4: totals
+@pytest.mark.parametrize("wrong, message", [
+    (lambda h, r, n: (ngram_precision(h, r, n)[0], len(h) - n + 1), "The total went negative: .* max\\(0, "),
+    (lambda h, r, n: (ngram_precision(h, r, n)[0], len(h)), "Your total is the number of WORDS"),
+])
+def test_ngram_precision_totals_are_named(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_ngram_precision(wrong)

@@ -205,3 +205,24 @@ def test_copy_batch_named_beyond_the_issue(wrong, message):
 def test_count_parameters_layer_norm_count_is_named():
     with pytest.raises(AssertionError, match="n_layers LayerNorms too many"):
         check_count_parameters(lambda **k: count(**k) + 2 * k["d_model"] * k["n_layers"])
+
+
+# ---------------------------------------------------------------- fresh4: the untied output layer
+def count_untied_generator(generator_rows="tgt", bias=False):
+    def count_parameters(src_vocab_size, tgt_vocab_size, d_model, d_ff, n_layers, tie_embeddings=True,
+                         norm_first=False):
+        total = count(src_vocab_size, tgt_vocab_size, d_model, d_ff, n_layers, tie_embeddings, norm_first)
+        if tie_embeddings:
+            return total
+        rows = src_vocab_size if generator_rows == "src" else tgt_vocab_size
+        return total + (rows - tgt_vocab_size) * d_model + (rows if bias else 0)
+    return count_parameters
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (count_untied_generator(bias=True), "untied, the output layer is its own V_tgt x D matrix, still without a bias"),
+    (count_untied_generator(generator_rows="src"), "the target embedding or the output layer, has src_vocab_size rows"),
+])
+def test_count_parameters_untied_output_layer_slips_are_named(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_count_parameters(wrong)

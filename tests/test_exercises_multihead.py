@@ -154,3 +154,56 @@ def test_causal_self_attention_more_slips_are_named(wrong, message):
 def test_causal_self_attention_scale_by_heads_is_named(wrong, message):
     with pytest.raises(AssertionError, match=message):
         check_causal_self_attention(wrong)
+
+
+# ---------------------------------------------------------------- fresh4: queries, biases, heads, library calls
+def causal_from(x, layer, query=None, bias=True, heads=None, query_scale=1.0):
+    """causal_right with the queries from another projection, the biases left out, a fixed number of heads, or
+    the queries scaled (a slip no catalogue lists: only the scores change)."""
+    B, T, D = x.shape
+    H = heads or layer.n_heads
+    project = (lambda p: p(x)) if bias else (lambda p: x @ p.weight.T)
+    q, k, v = (project(p).view(B, T, H, D // H).transpose(1, 2)
+               for p in (query or layer.q_proj, layer.k_proj, layer.v_proj))
+    scores = (query_scale * q) @ k.transpose(-2, -1) / math.sqrt(D // H)
+    out = scores.masked_fill(subsequent_mask(T), float("-inf")).softmax(dim=-1) @ v
+    return layer.out_proj(out.transpose(1, 2).reshape(B, T, D))
+
+
+def causal_by_torch(x, layer):
+    T = x.size(1)
+    weights = [layer.q_proj.weight, layer.k_proj.weight, layer.v_proj.weight]
+    biases = [layer.q_proj.bias, layer.k_proj.bias, layer.v_proj.bias]
+    out, _ = torch.nn.functional.multi_head_attention_forward(
+        x.transpose(0, 1), x.transpose(0, 1), x.transpose(0, 1), x.size(-1), layer.n_heads, torch.cat(weights),
+        torch.cat(biases), None, None, False, 0.0, layer.out_proj.weight, layer.out_proj.bias, training=False,
+        attn_mask=subsequent_mask(T), need_weights=False)
+    return out.transpose(0, 1)
+
+
+def causal_by_torch_module(x, layer):
+    mha = torch.nn.MultiheadAttention(x.size(-1), layer.n_heads, batch_first=True)
+    return mha(x, x, x, attn_mask=subsequent_mask(x.size(1)))[0]
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (lambda x, layer: causal_from(x, layer, query=layer.k_proj), "the queries came from layer.k_proj"),
+    (lambda x, layer: causal_from(x, layer, bias=False), "the biases of q_proj, k_proj and v_proj are missing"),
+    (lambda x, layer: causal_from(x, layer, heads=4), "you split into 4 heads; this layer has layer.n_heads = 2"),
+    (lambda x, layer: causal_from(x, layer, query_scale=1.5), "position 0 has one key.*checks only the values.*q_proj"),
+    (causal_by_torch, "plain tensor operations .* F.multi_head_attention_forward does the whole of it"),
+    (causal_by_torch_module, "nn.MultiheadAttention does the whole of it"),
+    (lambda x, layer: layer.forward(x, x, x, attn_mask=subsequent_mask(x.size(1)))[0], "called the layer's forward"),
+])
+def test_causal_self_attention_projection_slips_and_library_calls_are_named(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_causal_self_attention(wrong)
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (lambda x, n_heads: x.reshape(x.size(1), x.size(0), n_heads, -1).transpose(1, 2), r"you read x.shape as \(L, B, D\)"),
+    (lambda x, n_heads: torch.stack(x.chunk(n_heads, dim=1), dim=1), "you cut x along the positions L"),
+])
+def test_split_heads_misread_shapes_are_named(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_split_heads(wrong)

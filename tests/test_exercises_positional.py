@@ -149,7 +149,7 @@ class ParameterTable(nn.Module):
     (FrozenTable, "buffer is not trained"),
     (ClampedPositions, "must raise an error"),
     (InPlace, "changed its input `x` in place"),
-    (BatchAsLength, "must not depend on the sentence"),
+    (BatchAsLength, "batch row b got table row b at every position"),
     (SameRowEverywhere, "positions 0 and 1 got the same vector"),
 ])
 def test_learned_slips_are_named(wrong, message):
@@ -226,3 +226,50 @@ def loop_table_memorised(max_len, d_model):
 def test_loop_table_more_slips_are_named(wrong, message):
     with pytest.raises(AssertionError, match=message):
         check_loop_table(wrong)
+
+
+# ---------------------------------------------------------------- fresh4: precedence and integer division
+def table_with(angle):
+    def loop_table(max_len, d_model):
+        table = torch.zeros(max_len, d_model, dtype=torch.float64)
+        for pos in range(max_len):
+            for i in range(d_model // 2):
+                table[pos, 2 * i] = math.sin(angle(pos, i, d_model))
+                table[pos, 2 * i + 1] = math.cos(angle(pos, i, d_model))
+        return table
+    return loop_table
+
+
+@pytest.mark.parametrize("angle, message", [
+    (lambda pos, i, d: pos / 10000 ** 2 * i / d, r"pos / 10000 \*\* 2 \* i / d_model is \(pos / 10000²\)"),
+    (lambda pos, i, d: pos / 10000 ** (2 * i // d), "exponent is 0 in every column.*integer division"),
+    (lambda pos, i, d: pos / 10000 ** (2 * i) / d, "divides by d_model outside the power"),
+    (lambda pos, i, d: (pos / 10000) ** (2 * i / d), r"raises pos too"),
+])
+def test_loop_table_precedence_slips_are_named(angle, message):
+    with pytest.raises(AssertionError, match=message):
+        check_loop_table(table_with(angle))
+
+
+def test_loop_table_with_the_angle_written_out_passes():
+    assert accepted(check_loop_table, table_with(lambda pos, i, d: pos / 10000 ** (2 * i / d)))
+
+
+def test_learned_positions_along_the_batch_are_named_the_same_on_every_call():
+    """fresh4: the message quoted assert_close's largest difference, a number of the random table's."""
+    messages = set()
+    for _ in range(2):
+        with pytest.raises(AssertionError, match="batch row b got table row b at every position") as caught:
+            check_learned_positions(BatchAsLength)
+        messages.add(str(caught.value))
+    assert len(messages) == 1
+
+
+class DependsOnTheRow(Learned):
+    def forward(self, x):
+        return x + self.table(torch.arange(x.size(1))) + torch.arange(x.size(0))[:, None, None]
+
+
+def test_learned_positions_that_depend_on_the_batch_row_say_where():
+    with pytest.raises(AssertionError, match="must not depend on the sentence .* at position 0, batch row 1 got"):
+        check_learned_positions(DependsOnTheRow)

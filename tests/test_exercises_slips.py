@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from transformer_lib.attention import subsequent_mask
 from transformer_lib.exercises import attention, decoder, decoding, distributed, encoder, evaluation, model, multihead
-from transformer_lib.exercises import positional, training
+from transformer_lib.exercises import positional, schedule, training
 from transformer_lib.exercises.explain import name_slip, shape_story, where_wrong
 from transformer_lib.multihead import merge_heads, split_heads
 from transformer_lib.training import noam_lr
@@ -215,8 +215,8 @@ def test_causal_self_attention_slips_differ_on_the_fixed_case():
 
 
 def test_noam_and_brevity_penalty_slips_differ_on_the_fixed_cases():
-    steps = [(d, w, s) for d, w in ((512, 4000), (128, 200)) for s in (1, 2, 10, w // 2, w - 1, w, w + 1, 4 * w)]
-    noam = {m: [training._noam_slips(s, d, w)[m] for d, w, s in steps] for m in training._noam_slips(1, 1, 1)}
+    steps = [(d, w, s) for d, w in ((512, 4000), (128, 200)) for s in (1, 2, 10, w // 2, w - 1, w, w + 1, 4 * w, 10 * w)]
+    noam = {m: [schedule._noam_slips(s, d, w)[m] for d, w, s in steps] for m in schedule._noam_slips(1, 1, 1)}
     assert not distinct(noam, lambda a, b: all(math.isclose(x, y, rel_tol=1e-6) for x, y in zip(a, b)))
     pairs = [(10, 10), (11, 10), (12, 10), (9, 10), (5, 10), (1, 7), (3, 30), (7, 20)]
     bp = {m: [f(c, r) for c, r in pairs] for m, f in evaluation._BP_SLIPS.items()}

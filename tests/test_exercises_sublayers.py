@@ -148,3 +148,13 @@ def test_pre_ln_runs_with_autograd():
         return x + sublayer(norm(x))
 
     assert accepted(check_pre_ln_residual, needs_grad)
+
+
+# ---------------------------------------------------------------- fresh4: dropout left on
+@pytest.mark.parametrize("wrong", [
+    lambda x, sublayer, norm: x + torch.nn.functional.dropout(sublayer(norm(x)), p=0.1),
+    lambda x, sublayer, norm: torch.nn.functional.dropout(x + sublayer(norm(x)), p=0.2),
+])
+def test_pre_ln_residual_with_dropout_left_on_is_named(wrong):
+    with pytest.raises(AssertionError, match=r"that is dropout in training mode .* has no dropout"):
+        check_pre_ln_residual(wrong)

@@ -2,6 +2,7 @@
 (several ways of writing them) -> "correct". (Every checker's unfilled stub is tested in tests/test_exercises.py.)"""
 import contextlib
 import io
+from collections import Counter
 
 import pytest
 
@@ -244,3 +245,61 @@ class DecodesToList(Word):
 def test_word_decode_must_return_a_str():
     with pytest.raises(AssertionError, match="decode must return the text, a str"):
         check_word_tokenizer(DecodesToList)
+
+
+# ---------------------------------------------------------------- fresh4: a shared vocabulary, other orders
+class SharedVocabulary:
+    """The vocabulary is a class attribute: every instance adds to the same dict."""
+    stoi: dict = {}
+
+    def __init__(self, texts):
+        for word in sorted({word for text in texts for word in text.split()}):
+            self.stoi.setdefault(word, len(self.stoi) + 1)
+        self.itos = {i: word for word, i in self.stoi.items()} | {0: "<unk>"}
+
+    def encode(self, text):
+        return [self.stoi.get(word, 0) for word in text.split()]
+
+    def decode(self, ids):
+        return " ".join(self.itos.get(i, "<unk>") for i in ids)
+
+
+class GlobalVocabulary(Word):
+    """Each instance REPLACES a vocabulary kept on the class: the last one built wins for all of them."""
+
+    def __init__(self, texts):
+        super().__init__(texts)
+        type(self).table, type(self).inverse = self.stoi, self.itos
+
+    def encode(self, text):
+        return [type(self).table.get(word, 0) for word in text.split()]
+
+    def decode(self, ids):
+        return " ".join(type(self).inverse[i] for i in ids)
+
+
+class FrequencyOrder(Word):
+    def __init__(self, texts):
+        words = [word for word, _ in Counter(word for text in texts for word in text.split()).most_common()]
+        self.stoi = {word: i for i, word in enumerate(words, start=1)}
+        self.itos = {i: word for word, i in self.stoi.items()} | {0: "<unk>"}
+
+
+class ReverseOrder(Word):
+    def __init__(self, texts):
+        words = sorted({word for text in texts for word in text.split()}, reverse=True)
+        self.stoi = {word: i for i, word in enumerate(words, start=1)}
+        self.itos = {i: word for word, i in self.stoi.items()} | {0: "<unk>"}
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (SharedVocabulary, "a word of ANOTHER tokenizer's texts .* shared by every instance"),
+    (GlobalVocabulary, "changed what the first one .* gives .* shared by every instance"),
+    (FrequencyOrder, r"not in the order of their frequency \(Counter.most_common\)"),
+    (ReverseOrder, "not in reverse sorted order"),
+    (FirstSeenOrder, "not in the order they first appear"),
+])
+def test_word_vocabulary_slips_name_what_the_answer_did(wrong, message):
+    with pytest.raises(AssertionError, match=message) as caught:
+        check_word_tokenizer(wrong)
+    assert "whitespace" not in str(caught.value)          # fresh4: a shared vocabulary was blamed on the splitting

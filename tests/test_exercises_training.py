@@ -370,3 +370,52 @@ def test_training_slips_named_beyond_the_issue(check, wrong, message):
 def test_cooldown_that_starts_before_mid_run_is_checked():
     with pytest.raises(AssertionError, match="cooldown=0.8"):
         check_cooldown(lambda step, p, d, w, c: noam_lr(step, d, w) * (min(1.0, (1 - p) / c) if p > 0.5 else 1.0))
+
+
+# ---------------------------------------------------------------- fresh4: the cooldown's crash, more named slips
+def test_cooldown_ramp_not_divided_by_cooldown_is_named_not_a_crash():
+    """fresh4: this answer made the checker itself raise TypeError (noam_lr() missing 'd_model')."""
+    with pytest.raises(AssertionError, match="without dividing it by the cooldown's length, so it ends at 1 − cooldown"):
+        check_cooldown(lambda step, p, d, w, c: noam_lr(step, d, w) * min(1.0, 1 - (p - (1 - c))))
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (lambda step, p, d, w, c: noam_lr(step, d, w) * min(1.0, max(0.0, (p - (1 - c)) / c)), "RISES to 1 at the end"),
+    (lambda step, p, d, w, c: noam_lr(step, d, w) * min(1.0, (1 - p) / c) * (1.0 if p < 1 - c / 2 else 0.5),
+     "step=.*expected"),                                          # no listed slip: says where, names nothing
+])
+def test_cooldown_other_ramps_are_named_or_located(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_cooldown(wrong)
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (lambda step, d, w: d ** -0.5 * min(step ** -0.5, (step * w) ** -1.5), r"you raised the product, \(step \* warmup_steps\)"),
+    (lambda step, d, w: min(d ** -0.5 * step ** -0.5, step * w ** -1.5), "multiplies only the decay branch"),
+    (lambda step, d, w: min(step ** -0.5, d ** -0.5 * step * w ** -1.5), "multiplies only the warmup branch"),
+    (lambda step, d, w: d ** -0.5 * min(step ** 0.5, step * w ** -1.5), "you used step\\^0.5"),
+])
+def test_noam_precedence_and_one_branch_factor_are_named(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_noam_lr(wrong)
+
+
+def divides_by_the_total_only(model, criterion, micro_batches, pad_id):
+    total = sum(int((y != pad_id).sum()) for _, y in micro_batches)
+    for x, y in micro_batches:
+        (criterion(model(x), y) / total).backward()
+
+
+def weights_of_its_own(model, criterion, micro_batches, pad_id):
+    """A weighting no catalogue lists: the checker reads the weights back and gives the right ones."""
+    for i, (x, y) in enumerate(micro_batches):
+        (criterion(model(x), y) * (0.3 + 0.1 * i)).backward()
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (divides_by_the_total_only, "did not multiply it by its own count n_i"),
+    (weights_of_its_own, r"weighted by \[0.3, 0.4, 0.5\] .* the right weights are n_i / n_total = \[6/12, 3/12, 3/12\]"),
+])
+def test_gradient_accumulation_weights_are_named(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        check_gradient_accumulation(wrong)

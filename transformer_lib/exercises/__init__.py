@@ -1,5 +1,9 @@
 """Checkers for the course's coding exercises: `check_…(your_function)`, one module per notebook.
 
+Where a notebook's checks are long, its module keeps the public `check_…` and a helper module holds the checks
+behind them (`schedule` for notebook 11's learning-rate exercises, `greedy` for notebook 12's decoder, `ring`
+for notebook 14's all-reduce); import the checkers from the notebook's module, as the notebooks do.
+
 Hand-written, not exported: the checkers are not part of the Transformer, and they ship with the
 package so that a learner on Colab or with a downloaded notebook can call them. Each checker runs
 the learner's function on small inputs and compares it with the course's own code or PyTorch's:

@@ -12,7 +12,7 @@ from torch import Tensor
 from transformer_lib.attention import scaled_dot_product_attention
 from transformer_lib.exercises import MATRIX_PRODUCTS, Refuse, call, fresh_generator, matrix_product, run_checker
 from transformer_lib.exercises.explain import name_difference, shape_story, weight_invariants
-from transformer_lib.exercises.guards import allclose, assert_close, equal
+from transformer_lib.exercises.guards import allclose, assert_close, equal, tensor_isclose
 
 _NO_FUSED = [Refuse("scaled_dot_product_attention", "F.scaled_dot_product_attention is the fused kernel that "
                     "computes the whole of eq. 1; the exercise asks for it with Python loops, one query at a time"),
@@ -56,8 +56,8 @@ def _masked_softmax_inputs() -> list[tuple[Tensor, Tensor]]:
     drawn = torch.randn(B, Lq, Lk, generator=fresh, dtype=torch.float64) * 10
     padding = torch.rand(B, 1, Lk, generator=fresh) < 0.5               # (B, 1, Lk): key padding
     padding[0] = True                                                  # one sentence all padding
-    return [(scores, mask), (scores, causal), (large, torch.rand(2, 4, 6, generator=generator) < 0.3),
-            (drawn, padding)]
+    return [(scores, mask), (scores, causal), (scores.double(), mask),     # float64 weights from float64 scores
+            (large, torch.rand(2, 4, 6, generator=generator) < 0.3), (drawn, padding)]
 
 
 def _check_masked_softmax(masked_softmax) -> None:
@@ -87,6 +87,7 @@ def _check_masked_softmax(masked_softmax) -> None:
                 result, (scores * ~blocked).softmax(dim=-1).masked_fill(blocked.all(-1, keepdim=True), 0.0))):
             raise AssertionError("multiplying the scores by the mask sets masked scores to 0, and exp(0) = 1 is not "
                                  "a zero weight; fill them with -inf (scores.masked_fill(mask, float('-inf')))")
+        _name_one_max_for_all(result, expected, scores, blocked)
         rows_with_keys = ~blocked.all(dim=-1)                           # (B, Lq)
         if not result[rows_with_keys].isfinite().all():
             bad = ~result.isfinite()
@@ -131,6 +132,25 @@ def _check_masked_softmax(masked_softmax) -> None:
             f"the weights keep the scores' dtype (softmax does): no .float() or .to(...) on the way")
 
 
+def _name_one_max_for_all(result: Tensor, expected: Tensor, scores: Tensor, blocked: Tensor) -> None:
+    """Rows far below the tensor's largest score that come out all 0 (or NaN), every other row right: one max was
+    subtracted for the whole tensor (or a whole matrix), and exp underflowed in those rows."""
+    if not isinstance(result, Tensor) or result.shape != expected.shape:
+        return
+    got = result.detach().double()
+    wrong = ~tensor_isclose(got, expected.double(), atol=1e-5, rtol=1e-4).all(dim=-1)   # (B, Lq)
+    open_scores = scores.double().masked_fill(blocked, float("-inf"))
+    far = open_scores.amax(dim=-1) < scores.double().max() - 60           # (B, Lq): exp(score − max) ≈ 0 there
+    dead = (got.nan_to_num(nan=0.0) == 0).all(dim=-1) & ~blocked.all(dim=-1)
+    if wrong.any() and not (wrong & ~far).any() and (wrong & dead).any():
+        raise AssertionError(
+            f"masked_softmax on scores {tuple(scores.shape)} up to {scores.abs().max().item():.0f}: {int(wrong.sum())} "
+            "rows came out all 0 (or NaN), and each of them has its own largest score far below the largest score of "
+            "the whole tensor; every other row is right. exp(score − m) underflows to 0 for a whole row when m is "
+            "larger than that row's scores by ~100 or more, so m must be each row's OWN largest score: "
+            "scores.max(dim=-1, keepdim=True) (torch.softmax does it)")
+
+
 def check_masked_softmax(your_function) -> None:
     """Exercise 1 of notebook 04: `masked_softmax(scores, mask)`, zeros (not NaN) for fully masked rows."""
     __tracebackhide__ = True                 # IPython and pytest show the message, not this frame
@@ -154,7 +174,10 @@ def _loop_inputs() -> list[tuple[Tensor, Tensor, Tensor]]:
     drawn = tuple(torch.randn(n, d, generator=fresh) for n, d in ((Lq, d_k), (Lk, d_k), (Lk, d_v)))
     tiny = (torch.randn(1, 1, generator=generator), torch.randn(1, 1, generator=generator),
             torch.randn(1, 2, generator=generator))                     # one query, one key, d_k = 1
-    return [fixed, large, tiny, drawn]
+    key = 0.5 + torch.rand(5, 4, generator=generator)                   # positive: q · k grows with q
+    query = torch.stack([1000 * torch.ones(4), 0.3 * torch.randn(4, generator=generator), 990 * torch.ones(4)])
+    spread = (query, key, torch.randn(5, 3, generator=generator))       # queries' largest scores ~2000 and ~1 apart
+    return [fixed, large, tiny, drawn, spread]
 
 
 def _as_tensor(result, like: Tensor):
@@ -173,12 +196,34 @@ def _check_attention_by_loops(attention_by_loops) -> None:
     call(attention_by_loops, query, key, value, on="the first query, key and value again", refuse=_NO_MATRIX_PRODUCT)
 
 
+def _far_apart(query: Tensor, key: Tensor) -> str | None:
+    """When some query's largest scaled score lies far below another query's: "query i's largest ... query j's"."""
+    largest = (query.double() @ key.double().T / math.sqrt(query.size(-1))).amax(dim=-1)   # (Lq,)
+    high, low = int(largest.argmax()), int(largest.argmin())
+    if largest[high] - largest[low] < 80:                  # exp(−80) is near float32's smallest number
+        return None
+    return (f"query {low}'s largest scaled score is {largest[low].item():.1f}, query {high}'s is "
+            f"{largest[high].item():.0f}")
+
+
+def _one_max_hint(query: Tensor, key: Tensor):
+    def hint(error: Exception) -> str | None:
+        if isinstance(error, OverflowError):
+            return "math.exp overflowed: subtract each query's largest score before exp"
+        apart = _far_apart(query, key)
+        if isinstance(error, ZeroDivisionError) and apart:
+            return (f"a division by zero on an input where {apart}: if ONE max is subtracted for all queries (the "
+                    "largest score of any query), exp underflows to 0 for every key of a query whose own scores are "
+                    "far below it, and that query's sum of exps is 0. Subtract each query's OWN largest score")
+        return None
+    return hint
+
+
 def _check_loops_on(attention_by_loops, query: Tensor, key: Tensor, value: Tensor) -> None:
     expected, _ = scaled_dot_product_attention(query, key, value)      # (Lq, d_v)
     (n_queries, d_k), (n_keys, d_v) = query.shape, value.shape
-    result = call(attention_by_loops, query, key, value, refuse=_NO_FUSED, hint=lambda e: (
-        "math.exp overflowed: subtract each query's largest score before exp" if isinstance(e, OverflowError) else None),
-        on=f"query (Lq={n_queries}, d_k={d_k}), key (Lk={n_keys}, d_k={d_k}), value (Lk={n_keys}, d_v={d_v})")
+    result = call(attention_by_loops, query, key, value, refuse=_NO_FUSED, hint=_one_max_hint(query, key),
+                  on=f"query (Lq={n_queries}, d_k={d_k}), key (Lk={n_keys}, d_k={d_k}), value (Lk={n_keys}, d_v={d_v})")
     result = _as_tensor(result, expected)
     weights = (query @ key.T / math.sqrt(d_k)).softmax(dim=-1)          # (Lq, Lk)
     if isinstance(result, Tensor) and tuple(result.shape) == (n_queries, n_keys) != (n_queries, d_v):
@@ -188,6 +233,16 @@ def _check_loops_on(attention_by_loops, query: Tensor, key: Tensor, value: Tenso
         raise AssertionError("you summed the KEYS with the attention weights; the output is the weighted sum of the "
                              "VALUES: output[i] = sum over j of weight[i, j] * value[j], shape (Lq, d_v)")
     _check_tensor("attention_by_loops", result, expected, ("Lq", "d_v"))
+    apart = _far_apart(query, key)
+    if apart and not _close(result, expected):
+        scaled = query.double() @ key.double().T / math.sqrt(d_k)          # (Lq, Lk)
+        far = scaled.amax(dim=-1) < scaled.max() - 80                     # (Lq,): the queries far below the top
+        bad = ~(result.detach().to(expected.dtype) - expected).abs().le(1e-5 + 1e-4 * expected.abs()).all(dim=-1)
+        if not (bad & ~far).any() and not (result.detach()[bad].nan_to_num(nan=0.0) != 0).any():
+            raise AssertionError(f"the output of each query far below the others' scores ({apart}) is 0 or NaN, the "
+                                 "others are right: exp(score − m) underflowed to 0 for all its keys, so m was larger "
+                                 "than its scores: subtract each query's OWN largest score, not the largest over all "
+                                 "queries")
     if not result.isfinite().all():
         raise AssertionError(f"NaN or inf in the output for scores up to {(query @ key.T).abs().max().item() / math.sqrt(d_k):.0f}: "
                              "exp of a large score overflows. Subtract the query's largest score from its scores "
@@ -209,6 +264,11 @@ def _check_loops_on(attention_by_loops, query: Tensor, key: Tensor, value: Tenso
                  (query @ key.T / math.sqrt(d_k)).exp() @ value,
              "you divided the scores by their sum without exp; the softmax is exp(score) / sum of exp(scores)":
                  (lambda sc: sc / sc.sum(-1, keepdim=True))(query @ key.T / math.sqrt(d_k)) @ value}
+    if n_keys > 1:                   # a loop that leaves out the last (or the first) key
+        slips |= {f"the {which} key takes no part: the softmax and the weighted sum run over every key "
+                  f"j = 0 .. L_k − 1 (range(len(key)), {hint})": _attention(query, key[part], value[part], math.sqrt(d_k))
+                  for which, part, hint in (("last", slice(None, -1), "not range(len(key) − 1)"),
+                                            ("first", slice(1, None), "starting at 0"))}
     if n_keys > 1:                   # an index off by one (value[j - 1] wraps around to the last row at j = 0)
         slips |= {f"the values are read one index off: output i is the sum over keys j of weight[i, j] * value[j]; "
                   f"yours used value[j {sign} 1] (check the index of the values in your loop)": weights @ value.roll(shift, 0)

@@ -12,7 +12,7 @@ from torch import nn
 from transformer_lib.embeddings import TokenEmbedding
 from transformer_lib.exercises import Refuse, call, fresh_generator, run_checker
 from transformer_lib.exercises.explain import name_difference
-from transformer_lib.exercises.guards import allclose, assert_close, isclose
+from transformer_lib.exercises.guards import allclose, assert_close, equal, isclose
 
 _NO_LOOKUP = [Refuse("embedding", "F.embedding (or nn.Embedding) is the lookup itself; the exercise asks for the "
                      "matrix product F.one_hot(tokens, V).to(weight.dtype) @ weight")]
@@ -20,6 +20,9 @@ _NO_LOOKUP = [Refuse("embedding", "F.embedding (or nn.Embedding) is the lookup i
 
 def _one_hot_hint(error: Exception) -> str | None:
     text = str(error)
+    if "num_classes" in text or "Class values" in text:
+        return ("F.one_hot was given a num_classes that is not larger than every id in tokens: num_classes is the "
+                "vocabulary size V = weight.size(0), the number of ROWS of the (V, D) weight")
     if "mat1 and mat2" in text or "size" in text or "shape" in text:
         return ("the one-hot matrix and the weight do not fit together. One-hot vectors need V = weight.size(0) "
                 "entries: pass num_classes (F.one_hot alone makes only max(id) + 1 of them), and multiply "
@@ -57,13 +60,27 @@ def _check_lookup_on(embed_by_matmul, tokens: torch.Tensor, weight: torch.Tensor
     name_difference(got, rows, f"for {what}: ", "; one_hot(tokens) @ weight picks row t of the weight for token t")
     assert_close(got, rows, msg=lambda m: (
         f"one_hot(tokens) @ weight must pick row t of the weight for token t ({what}). {m}"))
+    # 1 · w + 0 · (the others) is w exactly. Only float64 is held to that: a reduced-precision matmul mode may round
+    # float32 products on some CPUs, so float32 is left to assert_close above.
+    if weight.dtype == torch.float64 and not equal(got, rows):
+        rounded = F.embedding(tokens, weight.float()).to(weight.dtype)
+        if equal(got, rounded):
+            raise AssertionError(f"for {what}: your result is float64, but its values are the weight's rounded to "
+                                 "float32 (about 7 digits): the product ran in float32 and was converted back. Convert "
+                                 "the one-hot matrix to weight.dtype and multiply in that dtype; do not convert the "
+                                 "weight")
+        worst = (got.double() - rows.double()).abs().max().item()
+        raise AssertionError(f"for {what}: your result differs from the weight's rows in the last digits (by up to "
+                             f"{worst:.3g}); one_hot(tokens) @ weight picks each row EXACTLY (1 · w + 0 · the "
+                             "others), so compute in weight.dtype, with nothing else on the way")
 
 
 def _check_one_hot_lookup(embed_by_matmul) -> None:
     weight = torch.arange(7 * 3, dtype=torch.float32).reshape(7, 3)      # (V=7, D=3)
     tokens = torch.tensor([[0, 4, 4, 1], [2, 3, 0, 0]])                   # (B, L); the largest id 6 is absent
     _check_lookup_on(embed_by_matmul, tokens, weight, "tokens (B=2, L=4) with ids up to 4 and a weight (V=7, D=3)")
-    _check_lookup_on(embed_by_matmul, tokens[:1], torch.randn(6, 2, dtype=torch.float64),
+    fixed = torch.Generator().manual_seed(2)       # float64 numbers with more digits than float32 keeps
+    _check_lookup_on(embed_by_matmul, tokens[:1], torch.randn(6, 2, dtype=torch.float64, generator=fixed),
                      "tokens (B=1, L=4) and a float64 weight (V=6, D=2)")
     generator = fresh_generator()
     V, D, B, L = (int(torch.randint(low, high, (), generator=generator)) for low, high in ((5, 40), (1, 9), (1, 4), (1, 7)))
@@ -144,7 +161,7 @@ def _check_scaled_with(module_class, vocab_size: int, d_model: int, generator: t
         raise AssertionError(f"the table's entries have std {std:.4f} = 1/d_model: N(0, 1/d_model) means VARIANCE "
                              f"1/d_model, so std = d_model ** -0.5 = {d_model ** -0.5:.4f}")
     assert abs(std - d_model ** -0.5) < 0.1 * d_model ** -0.5, (
-        f"the table's entries have std {std:.3f}; initialise them from N(0, 1/d_model), std "
+        f"the table's entries have std {std:.2g}; initialise them from N(0, 1/d_model), std "
         f"{d_model ** -0.5:.3f} (nn.Embedding's default is N(0, 1), std 1): then the scaled outputs have "
         "unit-variance entries, the same order of size as the positional encodings (RMS 1/√2) they are added to")
     out_std = out.std().item()

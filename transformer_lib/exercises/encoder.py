@@ -3,7 +3,7 @@ import torch
 
 from transformer_lib.encoder import Encoder, EncoderLayer
 from transformer_lib.exercises import Refuse, call, fresh_generator, run_checker
-from transformer_lib.exercises.explain import name_difference, shape_story
+from transformer_lib.exercises.explain import name_difference, name_slip, shape_story
 from transformer_lib.sublayers import SublayerConnection
 from transformer_lib.exercises.guards import allclose, assert_close, equal
 
@@ -73,7 +73,66 @@ def check_padding_mask(your_function) -> None:
 def _layer_hint(error: Exception) -> str | None:
     if isinstance(error, (TypeError, AttributeError)) and "tuple" in str(error):
         return "self_attn returns a pair (output, weights), as nn.MultiheadAttention does: take [0]"
+    if "attn_mask must have shape" in str(error):
+        return ("src_key_padding_mask is a (B, S) mask of padded KEYS: pass it as key_padding_mask=...; attn_mask is "
+                "the (S, S) mask of (query, key) pairs, which this layer does not use")
     return None
+
+
+def _layer_variant(case: tuple, layout: str = "pre-LN", mask: str = "given", attn_norm: str = "norm1",
+                   normed: str = "query, key and value", res1: str = "x", ff_norm: str = "norm2", ff_reads: str = "h",
+                   res2: str = "h", feed_forward: bool = True, out_norm: bool = False) -> torch.Tensor:
+    """The pre-LN encoder layer from the given modules with each step a knob: the defaults give the right output,
+    one knob turned one usual slip (`name_slip` tries them one and two at a time)."""
+    x, attn, ff, norm1, norm2, padding, post_ln = case
+    if layout == "post-LN":
+        return post_ln(x, src_key_padding_mask=padding)
+    key_padding = {"given": padding, "none": None, "inverted": None if padding is None else ~padding}[mask]
+    norms = {"norm1": norm1, "norm2": norm2, "none": lambda t: t}
+    a = norms[attn_norm](x)
+    kv = a if normed == "query, key and value" else x
+    h = {"x": x, "norm": a, "none": 0}[res1] + attn(a, kv, kv, key_padding_mask=key_padding)[0]
+    out = h
+    if feed_forward:
+        f = norms[ff_norm]({"h": h, "x": x}[ff_reads])
+        out = {"h": h, "x": x, "norm": f, "none": 0}[res2] + ff(f)
+    return norm2(out) if out_norm else out
+
+
+_LAYER_SLIPS = {  # each message, and the knobs of `_layer_variant` that make its slip
+    "that is the post-LN layer, LayerNorm(x + Sublayer(x)); pre-LN normalises the sublayer's INPUT and "
+    "leaves the residual path alone: x + Sublayer(LayerNorm(x))": dict(layout="post-LN"),
+    "the padding mask is ignored: pass src_key_padding_mask to self_attn as key_padding_mask": dict(mask="none"),
+    "the padding mask is inverted: True in src_key_padding_mask marks padding, pass it to self_attn "
+    "unchanged as key_padding_mask": dict(mask="inverted"),
+    "norm1 and norm2 are swapped: norm1 goes before self-attention, norm2 before the feed-forward":
+        dict(attn_norm="norm2", ff_norm="norm1"),
+    "norm1 was used twice; norm2 (its own gain and bias) goes before the feed-forward: h + FFN(norm2(h))":
+        dict(ff_norm="norm1"),
+    "norm2 was used twice; norm1 goes before the self-attention: h = x + SelfAttn(norm1(x))": dict(attn_norm="norm2"),
+    "the self-attention reads x itself, norm1 is missing; pre-LN normalises each sublayer's input: "
+    "h = x + SelfAttn(norm1(x))": dict(attn_norm="none"),
+    "the feed-forward reads h itself, norm2 is missing; pre-LN normalises each sublayer's input: "
+    "h + FFN(norm2(h))": dict(ff_norm="none"),
+    "only the query was normalised; self-attention reads norm1(x) as query, key AND value: "
+    "y = norm1(x); self_attn(y, y, y, ...)": dict(normed="query"),
+    "the second residual adds x; it must add h, the output of the self-attention block: h + FFN(norm2(h))":
+        dict(res2="x"),
+    "the residuals add the normalised input; add the input itself: h = x + SelfAttn(norm1(x)), "
+    "then h + FFN(norm2(h))": dict(res1="norm", res2="norm"),
+    "a LayerNorm was applied to the layer's output; EncoderLayer(norm_first=True) has none (the Encoder "
+    "adds one after the last layer)": dict(out_norm=True),
+    "the feed-forward block is missing: h + FFN(norm2(h))": dict(feed_forward=False),
+    "the second residual adds norm2(h); it adds h itself, the un-normalised output of the self-attention "
+    "block: h + FFN(norm2(h))": dict(res2="norm"),
+    "the first residual adds norm1(x); it adds x itself: h = x + SelfAttn(norm1(x))": dict(res1="norm"),
+    "the feed-forward block has no residual: its output is h + FFN(norm2(h)), not FFN(norm2(h)) alone":
+        dict(res2="none"),
+    "the self-attention block has no residual: h = x + SelfAttn(norm1(x)), not SelfAttn(norm1(x)) alone":
+        dict(res1="none"),
+    "the feed-forward reads norm2(x); it must read norm2(h), h = x + SelfAttn(norm1(x)): h + FFN(norm2(h))":
+        dict(ff_reads="x"),
+}
 
 
 def _check_pre_ln_encoder_layer(pre_ln_encoder_layer) -> None:
@@ -108,54 +167,16 @@ def _check_layer_with(pre_ln_encoder_layer, D: int, H: int, generator: torch.Gen
         expected = layer(x, src_key_padding_mask=padding)
         post_ln = EncoderLayer(D, H, 2 * D, dropout=0.0).eval()
         post_ln.load_state_dict(layer.state_dict())
-
-        def sa(h, mask=padding):
-            return attn(h, h, h, key_padding_mask=mask)[0]
-
-        h = x + sa(norm1(x))
-        slips = {
-            "that is the post-LN layer, LayerNorm(x + Sublayer(x)); pre-LN normalises the sublayer's INPUT and "
-            "leaves the residual path alone: x + Sublayer(LayerNorm(x))": post_ln(x, src_key_padding_mask=padding),
-            "the padding mask is ignored: pass src_key_padding_mask to self_attn as key_padding_mask":
-                layer(x),
-            "norm1 was used twice; norm2 (its own gain and bias) goes before the feed-forward: h + FFN(norm2(h))":
-                (lambda h2: h2 + ff(norm1(h2)))(h),
-            "norm2 was used twice; norm1 goes before the self-attention: h = x + SelfAttn(norm1(x))":
-                (lambda h2: h2 + ff(norm2(h2)))(x + sa(norm2(x))),
-            "only the query was normalised; self-attention reads norm1(x) as query, key AND value: "
-            "y = norm1(x); self_attn(y, y, y, ...)": (lambda h2: h2 + ff(norm2(h2)))(
-                x + attn(norm1(x), x, x, key_padding_mask=padding)[0]),
-            "norm1 and norm2 are swapped: norm1 goes before self-attention, norm2 before the feed-forward":
-                (lambda h2: h2 + ff(norm1(h2)))(x + sa(norm2(x))),
-            "the second residual adds x; it must add h, the output of the self-attention block: "
-            "h + FFN(norm2(h))": x + ff(norm2(h)),
-            "the residuals add the normalised input; add the input itself: h = x + SelfAttn(norm1(x)), "
-            "then h + FFN(norm2(h))": (lambda h2: norm2(h2) + ff(norm2(h2)))(norm1(x) + sa(norm1(x))),
-            "a LayerNorm was applied to the layer's output; EncoderLayer(norm_first=True) has none (the Encoder "
-            "adds one after the last layer)": norm2(expected),
-            "the feed-forward block is missing: h + FFN(norm2(h))": h,
-            "the second residual adds norm2(h); it adds h itself, the un-normalised output of the self-attention "
-            "block: h + FFN(norm2(h))": norm2(h) + ff(norm2(h)),
-            "the first residual adds norm1(x); it adds x itself: h = x + SelfAttn(norm1(x))":
-                (lambda h2: h2 + ff(norm2(h2)))(norm1(x) + sa(norm1(x))),
-            "the feed-forward block has no residual: its output is h + FFN(norm2(h)), not FFN(norm2(h)) alone":
-                ff(norm2(h)),
-            "the self-attention block has no residual: h = x + SelfAttn(norm1(x)), not SelfAttn(norm1(x)) alone":
-                (lambda h2: h2 + ff(norm2(h2)))(sa(norm1(x))),
-        }
-        if padding is not None:
-            slips["the padding mask is inverted: True in src_key_padding_mask marks padding, pass it to self_attn "
-                  "unchanged as key_padding_mask"] = (lambda h2: h2 + ff(norm2(h2)))(x + sa(norm1(x), ~padding))
     assert isinstance(got, torch.Tensor) and got.shape == x.shape, \
         f"return a tensor of the input's shape {tuple(x.shape)}, got {getattr(got, 'shape', type(got).__name__)}"
     got = got.detach()
     if allclose(got, expected, atol=1e-5):
         return
-    slips["the feed-forward reads norm2(x); it must read norm2(h), h = x + SelfAttn(norm1(x)): h + FFN(norm2(h))"] = \
-        h + ff(norm2(x))
-    for message, wrong in slips.items():
-        if wrong.isfinite().all() and allclose(got, wrong, atol=1e-5):
-            raise AssertionError(message)
+    with torch.no_grad():
+        slip = name_slip([got], [(x, attn, ff, norm1, norm2, padding, post_ln)], _layer_variant, _LAYER_SLIPS,
+                         lambda mine, wrong: bool(wrong.isfinite().all()) and allclose(mine, wrong, atol=1e-5))
+    if slip:
+        raise AssertionError(slip)
     if padding is not None and allclose(got[~padding], expected[~padding], atol=1e-5):
         raise AssertionError("the real positions are right, but you changed the outputs at the padded positions; "
                              "leave them as the layer computes them (the mask only keeps keys out of attention)")

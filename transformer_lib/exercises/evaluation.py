@@ -141,8 +141,8 @@ def _check_precision(your_function) -> None:
     hypothesis, reference, n, expected, got = wrong[0]
     where = f"n={n}, hypothesis {hypothesis!r}, reference {reference!r}: expected {expected}, got {got}."
 
-    def totals_are(count) -> bool:                   # the totals follow `count(hypothesis words, reference words, n)`
-        return all(g[1] == max(count(len(h.split()), len(r.split()), n), 0) for h, r, n, _, g in results)
+    def totals_are(count, floor=0) -> bool:          # the totals follow `count(hypothesis words, reference words, n)`
+        return all(g[1] == max(count(len(h.split()), len(r.split()), n), floor) for h, r, n, _, g in results)
 
     def matches_are(key) -> bool:                    # the matches follow n-grams keyed by `key` (a slip)
         return all(g[0] == _clipped(h.split(), r.split(), n, key) for h, r, n, _, g in results) and \
@@ -162,9 +162,15 @@ def _check_precision(your_function) -> None:
     elif got[0] != expected[0] and matches_are(lambda gram: tuple(word.lower() for word in gram)):
         hint = (" You lower-cased the words; BLEU is cased here (sacreBLEU's default): 'The' and 'the' are different "
                 "words")
-    elif totals_are(lambda h, r, n: r - n + 1):
+    elif totals_are(lambda h, r, n: h - n + 1, floor=-math.inf):
+        hint = (f" The total went negative: a hypothesis of {len(hypothesis.split())} words has no {n}-gram, so its "
+                "total is 0, not len(hypothesis) − n + 1 < 0: max(0, len(hypothesis) − n + 1)")
+    elif totals_are(lambda h, r, n: h):
+        hint = (" Your total is the number of WORDS; it is the number of n-grams, len(hypothesis) − n + 1 (or 0 when "
+                "the hypothesis is shorter than n)")
+    elif totals_are(lambda h, r, n: r - n + 1) or totals_are(lambda h, r, n: r - n + 1, floor=-math.inf):
         hint = " The total counts the hypothesis' n-grams (len(hypothesis) - n + 1, or 0), not the reference's"
-    elif totals_are(lambda h, r, n: h - n):
+    elif totals_are(lambda h, r, n: h - n) or totals_are(lambda h, r, n: h - n, floor=-math.inf):
         hint = " The last n-gram is missing: a text of L words has L − n + 1 n-grams, range(len(words) - n + 1)"
     elif got[1] != expected[1]:
         hint = " The total is the number of n-grams in the hypothesis, repeats included"

@@ -3,8 +3,8 @@
 When a learner's tensor differs from the right one, `tensor_difference` looks for a simple shape in the
 difference (a constant offset or factor, a transpose, a flipped sign, the right values in another order,
 only some rows wrong) and says it in one sentence, so that a message names the mistake instead of
-printing two tensors. `regime` does the same for a function of numbers: on which of the cases it was
-right and on which wrong.
+printing two tensors; `dropout_story` recognises dropout left on (entries zeroed, the others scaled up).
+`regime` does the same for a function of numbers: on which of the cases it was right and on which wrong.
 
 Beyond a list of slips: `name_slip` derives them from the reference solution (each step a knob; a slip is
 one knob turned, a pair two) and names the one the learner's outputs match on the same fresh cases; where
@@ -12,7 +12,6 @@ none does, `where_wrong` says what the failing cases share, `shape_story` how a 
 and `weight_invariants` which property of attention weights breaks. `what_it_is` and `number_expected` say which
 type a function returned where its statement asks for another (a Python bool, a number, an int, a list).
 """
-import math
 import numbers
 from collections.abc import Callable
 
@@ -110,6 +109,25 @@ def tensor_difference(got: Tensor, expected: Tensor, factors: dict[str, float] |
             return (f"{int(rows.sum())} of its {rows.numel()} rows are wrong (the others are right), first at "
                     f"index {', '.join(map(str, index))}")
     return None
+
+
+def dropout_story(got: Tensor, clean: Tensor) -> str | None:
+    """When `got` is `clean` with some entries zeroed and the others multiplied by one factor c > 1 (dropout in
+    training mode, p = 1 − 1/c), say so; None otherwise."""
+    if not isinstance(got, Tensor) or got.shape != clean.shape or clean.numel() < 2:
+        return None
+    got, clean = got.detach().double(), clean.detach().double()
+    live = clean.abs() > 1e-6
+    zeroed = live & (got.abs() <= 1e-9)
+    kept = live & ~zeroed
+    if int(kept.sum()) < 2 or not zeroed.any():
+        return None
+    factor = _constant(got[kept] / clean[kept])
+    if factor is None or factor <= 1 + 1e-3 or not allclose(got[~live], torch.zeros_like(got[~live]), atol=1e-5):
+        return None
+    return (f"some of its entries are 0 and the others are the right ones times {factor:.4g} = "
+            f"1/(1 − {1 - 1 / factor:.2g}): that is dropout in training mode (F.dropout drops unless "
+            "training=False; an nn.Dropout drops while its module is in train())")
 
 
 def regime(cases: list, right: list[bool], describe) -> str | None:

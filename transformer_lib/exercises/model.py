@@ -27,10 +27,13 @@ def _real_count(src_vocab_size, tgt_vocab_size, d_model, d_ff, n_layers, tie_emb
 
 
 def _formula(case: dict, ln_bias=True, ff_bias=True, attn_bias=True, projections=4, cross_attention=True,
-             encoder_norms=2, decoder_norms=3, final_norms="pre-LN", tied=1, untied=3, generator_bias=False,
+             encoder_norms=2, decoder_norms=3, final_norms="pre-LN", tied=1, untied=3, generator_bias="none",
              positions=False, ff_width="d_ff", ff_blocks=1, decoder=True, tgt_rows="tgt", biases=True) -> int:
     """The course's parameter count with each step as a knob: the defaults give the right count, one knob
-    turned gives one usual slip (`name_slip` tries them one and two at a time)."""
+    turned gives one usual slip (`name_slip` tries them one and two at a time). `tgt_rows`: which untied target-side
+    matrices have tgt_vocab_size rows ("tgt": both; "src": neither; "one src": one of the two, which a count cannot
+    tell apart);
+    `generator_bias`: "none", "always", or "untied" (an output layer with a bias only when it is its own matrix)."""
     D, N = case["d_model"], case["n_layers"]
     F = {"d_ff": case["d_ff"], "4D": 4 * D}[ff_width]
     V_src, V_tgt = case["src_vocab_size"], case["tgt_vocab_size"]
@@ -41,10 +44,14 @@ def _formula(case: dict, ln_bias=True, ff_bias=True, attn_bias=True, projections
     decoder_layers = N * ((2 if cross_attention else 1) * attention + ffn
                           + (decoder_norms if cross_attention else decoder_norms - 1) * norm) if decoder else 0
     finals = {"pre-LN": 2 * norm if case["norm_first"] else 0, "never": 0, "always": 2 * norm}[final_norms]
-    rows = V_tgt if tgt_rows == "tgt" else V_src
-    matrices = tied if case["tie_embeddings"] else untied                # V x D matrices counted
-    embeddings = V_src * D + (matrices - 1) * rows * D if not case["tie_embeddings"] else matrices * V_src * D
-    return (encoder + decoder_layers + finals + embeddings + (rows if generator_bias else 0)
+    embedding_rows = V_src if tgt_rows in ("src", "one src") else V_tgt
+    generator_rows = V_src if tgt_rows == "src" else V_tgt
+    if case["tie_embeddings"]:
+        embeddings = tied * V_src * D                                    # one V x D matrix, counted `tied` times
+    else:                                                                # source, target, output layer (untied = 3)
+        embeddings = V_src * D + embedding_rows * D + (generator_rows * D if untied == 3 else 0)
+    bias = generator_bias == "always" or (generator_bias == "untied" and not case["tie_embeddings"])
+    return (encoder + decoder_layers + finals + embeddings + (generator_rows if bias else 0)
             + (512 * D if positions else 0))
 
 
@@ -79,7 +86,11 @@ _COUNT_SLIPS = {  # each message, and the knobs of `_formula` that make its slip
     "untied, the output layer is a third V_tgt x D matrix (no bias)": dict(untied=2),
     "the untied target embedding and the output layer have tgt_vocab_size rows, not src_vocab_size":
         dict(tgt_rows="src"),
-    "the output layer has no bias (it is the embedding matrix, tied or not)": dict(generator_bias=True),
+    "one of the untied target-side matrices, the target embedding or the output layer, has src_vocab_size rows in "
+    "your count: both have tgt_vocab_size rows (one per TARGET word)": dict(tgt_rows="one src"),
+    "the output layer has no bias (it is the embedding matrix, tied or not)": dict(generator_bias="always"),
+    "untied, the output layer is its own V_tgt x D matrix, still without a bias (nn.Linear(d_model, "
+    "tgt_vocab_size, bias=False)); you counted tgt_vocab_size more": dict(generator_bias="untied"),
     "the sinusoidal table (max_len x D) is a fixed buffer, not a parameter: it is not trained and not counted":
         dict(positions=True),
     "the decoder stack is missing: n_layers decoder layers (self-attention, cross-attention, feed-forward, three "

@@ -8,7 +8,8 @@ import itertools
 import math
 
 import torch
-from torch import Tensor
+import torch.nn.functional as F
+from torch import Tensor, nn
 
 from transformer_lib.attention import scaled_dot_product_attention, subsequent_mask
 from transformer_lib.exercises import Refuse, call, fresh_generator, run_checker
@@ -22,6 +23,13 @@ _NO_FUSED = [Refuse("scaled_dot_product_attention", "F.scaled_dot_product_attent
                     "call; the exercise asks for it by hand: scores, causal mask, softmax, weighted sum"),
              Refuse(scaled_dot_product_attention, "the course's scaled_dot_product_attention does the attention for "
                     "you; the exercise asks for it by hand: scores, causal mask, softmax, weighted sum")]
+_BY_HAND = ("the exercise asks for the attention from plain tensor operations (matmul, masked_fill, softmax) on "
+            "the layer's four projections; {} does the whole of it")
+_NO_LIBRARY_ATTENTION = _NO_FUSED + [
+    Refuse(F.multi_head_attention_forward, _BY_HAND.format("F.multi_head_attention_forward")),
+    Refuse((nn.MultiheadAttention, "forward"), _BY_HAND.format("nn.MultiheadAttention")),
+    Refuse((MultiHeadAttention, "forward"), "causal_self_attention called the layer's forward; use its projections "
+           "layer.q_proj, layer.k_proj, layer.v_proj, layer.out_proj instead")]
 
 
 def _check_split_heads(my_split_heads) -> None:
@@ -54,6 +62,7 @@ def _check_split_heads(my_split_heads) -> None:
         if tuple(result.shape) == (B * H, L, d_k):
             raise AssertionError(f"shape {tuple(result.shape)} is (B·H, L, d_k), nn.MultiheadAttention's internal "
                                  "layout; keep the heads as a dimension of their own: (B, H, L, d_k)")
+        _name_a_misread_shape(result, x, expected, H)
         assert result.shape == expected.shape, (story or f"expected shape (B, H, L, d_k) = {tuple(expected.shape)} "
                                                 f"for n_heads={H}, got {tuple(result.shape)}")
         if equal(result, x.reshape(B, H, L, d_k)) and not equal(result, expected):
@@ -88,6 +97,32 @@ def _name_a_permute(result: Tensor, x: Tensor, expected: Tensor, H: int) -> None
                                  "must be (B, H, L, d_k): .transpose(1, 2) of the view, nothing more")
 
 
+def _name_a_misread_shape(result: Tensor, x: Tensor, expected: Tensor, H: int) -> None:
+    """The sizes of x.shape unpacked in another order (L, B, D = x.shape), or the heads cut along another axis
+    (x.chunk(H, dim=1), the positions): each is rebuilt and compared, whatever shape it gives."""
+    B, L, D = x.shape
+    names = {"B": B, "L": L, "D": D}
+    for order in itertools.permutations("BLD"):
+        b, l, d = (names[name] for name in order)
+        if order == ("B", "L", "D") or d % H:
+            continue
+        wrong = x.reshape(b, l, H, d // H).transpose(1, 2)
+        if wrong.shape == result.shape and equal(result, wrong) and not (wrong.shape == expected.shape and
+                                                                        equal(wrong, expected)):
+            raise AssertionError(f"my_split_heads(x of shape {(B, L, D)}, n_heads={H}): you read x.shape as "
+                                 f"({', '.join(order)}); x is (B, L, D): B, L, D = x.shape, then view as "
+                                 "(B, L, H, d_k) and transpose(1, 2)")
+    for dim, axis in ((1, "the positions L (dim=1)"), (0, "the batch B (dim=0)")):
+        for pieces in (x.chunk(H, dim=dim), x.split(max(x.size(dim) // H, 1), dim=dim)):
+            if len({piece.shape for piece in pieces}) > 1:
+                continue
+            for wrong in (torch.stack(pieces, dim=1), torch.stack(pieces, dim=0)):
+                if wrong.shape == result.shape and equal(result, wrong):
+                    raise AssertionError(f"my_split_heads(x of shape {(B, L, D)}, n_heads={H}): you cut x along "
+                                         f"{axis}; the heads split the FEATURES, the last dimension: head i holds "
+                                         "features i*d_k .. (i+1)*d_k - 1 (x.chunk(H, dim=-1), or view and transpose)")
+
+
 def check_split_heads(your_function) -> None:
     """Exercise 1 of notebook 05: (B, L, D) -> (B, H, L, d_k)."""
     __tracebackhide__ = True                 # IPython and pytest show the message, not this frame
@@ -95,18 +130,20 @@ def check_split_heads(your_function) -> None:
 
 
 def _by_hand(case: tuple, mask: str = "causal", scale: str = "sqrt(d_k)", out_proj: bool = True, dim: int = -1,
-             split: str = "view", merge: str = "transpose", swap: bool = False, heads: str = "n_heads",
-             fill: float = float("-inf"), key_from: str = "k_proj", value_from: str = "v_proj",
-             zero_after: bool = False) -> Tensor:
+             split: str = "view", merge: str = "transpose", swap: bool = False, heads: str | int = "n_heads",
+             fill: float = float("-inf"), query_from: str = "q_proj", key_from: str = "k_proj",
+             value_from: str = "v_proj", zero_after: bool = False, bias: str = "all") -> Tensor:
     """Causal self-attention from the layer's projections, each step a knob: the defaults give the right
-    answer, one knob turned one usual slip (`name_slip` tries them one and two at a time)."""
+    answer, one knob turned one usual slip (`name_slip` tries them one and two at a time). `heads`: "n_heads",
+    "one", or a number of heads; `bias`: "all", "none", "in" (q, k, v without), "out" (out_proj without)."""
     layer, x = case
     B, T, D = x.shape
-    n_heads = layer.n_heads if heads == "n_heads" else 1
+    n_heads = layer.n_heads if heads == "n_heads" else 1 if heads == "one" else heads
     d_k = D // n_heads
-    projections = {"q_proj": layer.q_proj, "k_proj": layer.k_proj, "v_proj": layer.v_proj}
+    projections = {name: _linear(getattr(layer, name), bias not in ("none", "in"))
+                   for name in ("q_proj", "k_proj", "v_proj")}
     do_split = split_heads if split == "view" else _split_without_transpose
-    q, k, v = (do_split(proj(x), n_heads) for proj in (layer.q_proj, projections[key_from], projections[value_from]))
+    q, k, v = (do_split(projections[name](x), n_heads) for name in (query_from, key_from, value_from))
     if swap:
         q, k = k, q
     divisor = {"sqrt(d_k)": math.sqrt(d_k), "1": 1.0, "sqrt(d_model)": math.sqrt(D), "sqrt(n_heads)": math.sqrt(layer.n_heads),
@@ -123,7 +160,12 @@ def _by_hand(case: tuple, mask: str = "causal", scale: str = "sqrt(d_k)", out_pr
     out = weights @ v                                                    # (B, H, T, d_k)
     out = {"transpose": merge_heads, "no transpose": _merge_without_transpose,                 # (B, T, D)
            "features first": lambda o: o.permute(0, 2, 3, 1).reshape(B, T, D)}[merge](out)
-    return layer.out_proj(out) if out_proj else out
+    return _linear(layer.out_proj, bias not in ("none", "out"))(out) if out_proj else out
+
+
+def _linear(projection: nn.Linear, with_bias: bool):
+    """The projection, or its matrix alone (x @ W.T): a projection whose bias was left out."""
+    return projection if with_bias else (lambda x: x @ projection.weight.T)
 
 
 _ATTENTION_SLIPS = {  # each message, and the knobs of `_by_hand` that make its slip
@@ -159,6 +201,15 @@ _ATTENTION_SLIPS = {  # each message, and the knobs of `_by_hand` that make its 
     "the values came from layer.k_proj; values come from layer.v_proj: v = layer.v_proj(x)": dict(value_from="k_proj"),
     "keys and values both came from layer.q_proj; k = layer.k_proj(x), v = layer.v_proj(x)":
         dict(key_from="q_proj", value_from="q_proj"),
+    "the queries came from layer.k_proj; queries come from layer.q_proj: q = layer.q_proj(x)": dict(query_from="k_proj"),
+    "the queries came from layer.v_proj; queries come from layer.q_proj: q = layer.q_proj(x)": dict(query_from="v_proj"),
+    "the keys came from layer.v_proj; keys come from layer.k_proj: k = layer.k_proj(x)": dict(key_from="v_proj"),
+    "the biases of the projections are missing: x @ W.T drops them; apply each projection as a layer, "
+    "layer.q_proj(x) (= x @ W.T + b), or add its .bias": dict(bias="none"),
+    "the biases of q_proj, k_proj and v_proj are missing (x @ W.T drops them): apply them as layers, "
+    "layer.q_proj(x), or add their .bias": dict(bias="in"),
+    "the bias of out_proj is missing (out @ W.T drops it): apply it as a layer, layer.out_proj(out), or add its "
+    ".bias": dict(bias="out"),
     "you used ONE head of size d_model: split q, k and v into layer.n_heads heads of size d_k first":
         dict(heads="one", scale="sqrt(d_model)"),
     "the heads were split with a view to (B, H, T, d_k) without the transpose, which mixes positions and "
@@ -185,10 +236,18 @@ def _refuse_the_layer(module, args):
                          "layer.q_proj, layer.k_proj, layer.v_proj, layer.out_proj instead")
 
 
+def _head_slips(D: int, H: int) -> dict[str, dict]:
+    """A number of heads other than layer.n_heads (one written in the code): every other divisor of D."""
+    return {f"you split into {h} heads; this layer has layer.n_heads = {H}: read the number of heads from "
+            f"layer.n_heads, and d_k = D // layer.n_heads": dict(heads=h)
+            for h in range(2, D + 1) if D % h == 0 and h != H}
+
+
 def _check_causal_self_attention(causal_self_attention) -> None:
     fresh = fresh_generator()
     H, d_k = int(torch.randint(1, 5, (), generator=fresh)), int(torch.randint(1, 6, (), generator=fresh))
     for B, T, D, H, generator in ((2, 5, 24, 4, torch.Generator().manual_seed(5)),   # d_k = 6: sqrt(d_k) != sqrt(H)
+                                  (2, 3, 8, 2, torch.Generator().manual_seed(7)),    # another H: none written in
                                   (1, 4, 6, 1, torch.Generator().manual_seed(6)),    # one sentence, one head
                                   (int(torch.randint(1, 4, (), generator=fresh)),
                                    int(torch.randint(2, 8, (), generator=fresh)), H * d_k, H, fresh)):
@@ -204,8 +263,12 @@ def _check_attention_with(causal_self_attention, B: int, T: int, D: int, H: int,
     causal = subsequent_mask(T)                                          # (T, T): True above the diagonal
     hook = layer.register_forward_pre_hook(_refuse_the_layer)
     try:
-        result = call(causal_self_attention, x, layer, refuse=_NO_FUSED,
-                      on=f"x of shape (B={B}, T={T}, D={D}) and a MultiHeadAttention({D}, n_heads={H})")
+        result = call(causal_self_attention, x, layer, refuse=_NO_LIBRARY_ATTENTION,
+                      on=f"x of shape (B={B}, T={T}, D={D}) and a MultiHeadAttention({D}, n_heads={H})",
+                      hint=lambda e: (f"the shapes did not fit for this layer, D = {D} and layer.n_heads = {H}, so "
+                                      f"d_k = {D // H}: take the number of heads from layer.n_heads, d_k = D // "
+                                      "layer.n_heads, and B, T from x.shape; print the shapes of q, k and v"
+                                      if isinstance(e, RuntimeError) else None))
     finally:
         hook.remove()
     with torch.no_grad():
@@ -219,7 +282,7 @@ def _check_attention_with(causal_self_attention, B: int, T: int, D: int, H: int,
     if allclose(result, expected, atol=1e-5, rtol=1e-4):
         return
     with torch.no_grad():
-        slip = name_slip([result], [(layer, x)], _by_hand, _ATTENTION_SLIPS,
+        slip = name_slip([result], [(layer, x)], _by_hand, _ATTENTION_SLIPS | _head_slips(D, H),
                          lambda got, wrong: bool(allclose(got, wrong, atol=1e-5, rtol=1e-4, equal_nan=True)))
     if slip:
         raise AssertionError(f"causal_self_attention (B={B}, T={T}, D={D}, n_heads={H}): {slip}")
@@ -231,7 +294,8 @@ def _check_attention_with(causal_self_attention, B: int, T: int, D: int, H: int,
     later[:, -1] += 1.0                                                  # change only the last position
     hook = layer.register_forward_pre_hook(_refuse_the_layer)
     try:
-        moved = call(causal_self_attention, later, layer, refuse=_NO_FUSED, on="x with its last position changed")
+        moved = call(causal_self_attention, later, layer, refuse=_NO_LIBRARY_ATTENTION,
+                     on="x with its last position changed")
     finally:
         hook.remove()
     if T > 1 and not allclose(moved.detach()[:, :-1], result[:, :-1], atol=1e-6):
@@ -242,9 +306,10 @@ def _check_attention_with(causal_self_attention, B: int, T: int, D: int, H: int,
     positions = wrong_at.any(dim=0).nonzero().flatten().tolist()
     if positions and positions != list(range(T)):
         raise AssertionError(f"causal_self_attention is right at positions {sorted(set(range(T)) - set(positions))} "
-                             f"and wrong at positions {positions} (B={B}, T={T}): position 0 sees only itself, so its "
-                             "output checks the projections, the heads and the output projection; later positions "
-                             "add the mask, the scale and the softmax over several keys")
+                             f"and wrong at positions {positions} (B={B}, T={T}): position 0 has one key, itself, "
+                             "whose weight is 1 whatever its score, so its output checks only the values (v_proj), "
+                             "the head split and merge and out_proj; the later positions add all that makes the "
+                             "scores: the queries (q_proj) and keys (k_proj), the scale, the mask and the softmax")
     name_difference(result, expected, "causal_self_attention: ", "; compare your steps with MultiHeadAttention.forward",
                     {"sqrt(d_k)": math.sqrt(d_k), "sqrt(d_model)": math.sqrt(D)})
     assert_close(result, expected, atol=1e-5, rtol=1e-4, msg=lambda m: (

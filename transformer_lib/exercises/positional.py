@@ -9,7 +9,7 @@ from torch import nn
 from transformer_lib.exercises import Refuse, call, fresh_generator, run_checker
 from transformer_lib.exercises.explain import name_difference
 from transformer_lib.positional import PositionalEncoding, sinusoidal_table
-from transformer_lib.exercises.guards import allclose, assert_close
+from transformer_lib.exercises.guards import allclose, assert_close, tensor_isclose
 
 _NO_LIBRARY = [Refuse(sinusoidal_table, "sinusoidal_table is the course's own table, the one this exercise asks you "
                       "to write: compute each entry with math.sin / math.cos in two loops"),
@@ -18,17 +18,19 @@ _NO_LIBRARY = [Refuse(sinusoidal_table, "sinusoidal_table is the course's own ta
 
 
 def _table(max_len: int, d_model: int, exponent=lambda i, d: 2 * i / d, start: int = 0, layout: str = "interleave",
-           cos_exponent=None, multiply: bool = False) -> torch.Tensor:
-    """Variants of the §3.5 table: the right one with the defaults, a usual slip with an argument changed."""
+           cos_exponent=None, multiply: bool = False, angle=None) -> torch.Tensor:
+    """Variants of the §3.5 table: the right one with the defaults, a usual slip with an argument changed
+    (`angle(pos, i, d_model)`, when given, replaces the angle pos / 10000 ** (2i / d_model) of both columns)."""
     pos = torch.arange(start, start + max_len, dtype=torch.float64)[:, None]         # (P, 1)
     i = torch.arange(d_model // 2, dtype=torch.float64)                               # (D/2,): pair index
     freq_sin = 10000.0 ** -exponent(i, d_model)
     freq_cos = freq_sin if cos_exponent is None else 10000.0 ** -cos_exponent(i, d_model)
     if multiply:
         freq_sin, freq_cos = 1 / freq_sin, 1 / freq_cos
-    sin, cos = (pos * freq_sin).sin(), (pos * freq_cos).cos()                         # (P, D/2) each
+    sin_angle, cos_angle = (pos * freq_sin, pos * freq_cos) if angle is None else (angle(pos, i, d_model),) * 2
+    sin, cos = sin_angle.sin(), cos_angle.cos()                                       # (P, D/2) each
     if layout == "sin":
-        sin, cos, layout = sin, (pos * freq_cos).sin(), "interleave"
+        sin, cos, layout = sin, cos_angle.sin(), "interleave"
     if layout == "concat":
         return torch.cat([sin, cos], dim=-1)                                          # (P, D)
     table = torch.stack([sin, cos], dim=-1) if layout == "interleave" else torch.stack([cos, sin], dim=-1)
@@ -53,6 +55,18 @@ _SLIPS = {
     "the exponent is 2i / d_model; you divided by d_model - 1": dict(exponent=lambda i, d: 2 * i / (d - 1)),
     "the exponent counts pairs twice: if your loop runs over the even columns c = 0, 2, 4, ... (range(0, d_model, 2)), "
     "c is already 2i, so the exponent is c / d_model, not 2c / d_model": dict(exponent=lambda i, d: 4 * i / d),
+    "your exponent is 0 in every column, so every angle is pos itself: 2 * i // d_model rounds down to 0 (// is "
+    "integer division); divide with /: pos / 10000 ** (2 * i / d_model)": dict(angle=lambda pos, i, d: pos + 0 * i),
+    "operator precedence: pos / 10000 ** 2 * i / d_model is (pos / 10000²) · i / d_model, since ** binds tighter "
+    "than * and /; put the exponent in parentheses: pos / 10000 ** (2 * i / d_model)":
+        dict(angle=lambda pos, i, d: pos / 10000 ** 2 * i / d),
+    "operator precedence: pos / 10000 ** (2 * i) / d_model divides by d_model outside the power; the exponent is "
+    "2i / d_model, all of it in parentheses: pos / 10000 ** (2 * i / d_model)":
+        dict(angle=lambda pos, i, d: pos / 10000 ** (2 * i) / d),
+    "operator precedence: (pos / 10000) ** (2 * i / d_model) raises pos too; only 10000 is raised to the power: "
+    "pos / 10000 ** (2 * i / d_model)": dict(angle=lambda pos, i, d: (pos / 10000) ** (2 * i / d)),
+    "you multiplied by 2i / d_model instead of raising 10000 to it: pos / 10000 * (2 * i / d_model); the angle is "
+    "pos / 10000 ** (2 * i / d_model)": dict(angle=lambda pos, i, d: pos / 10000 * (2 * i / d)),
 }
 
 
@@ -73,7 +87,8 @@ def _check_loop_table(loop_table) -> None:
                                             "torch.zeros(max_len, d_model, dtype=torch.float64)")
             continue
         for message, variant in _SLIPS.items():
-            if d_model > 2 and allclose(got, _table(max_len, d_model, **variant), atol=1e-6):
+            wrong = _table(max_len, d_model, **variant)
+            if allclose(got, wrong, atol=1e-6) and not allclose(wrong, expected, atol=1e-5):
                 raise AssertionError(f"loop_table({max_len}, {d_model}): {message}")
         name_difference(got, expected, f"loop_table({max_len}, {d_model}): ", "; PE[pos, 2i] = sin(pos / 10000 ** "
                         "(2i / d_model)), PE[pos, 2i+1] = cos(same angle)")
@@ -127,9 +142,17 @@ def _check_learned_with(module_class, d_model: int, max_len: int, B: int, L: int
     if len(parameters) == 1 and allclose(out, x * _rows(parameters[0].detach(), max_len)[:L], atol=1e-5):
         raise AssertionError("you multiplied x by the table rows; the positions are ADDED: x + table[:L]")
     added = out - x            # (B, L, D): the position vectors, up to rounding: (x + t) - x is t within 1e-6
-    assert_close(added, added[:1].expand_as(added), msg=lambda m: (
-        "the vector added at a position must not depend on the sentence (the batch row): "
-        f"add table rows 0 .. L-1 to every row of the batch. {m}"))
+    if len(parameters) == 1 and 1 < B <= max_len and allclose(added, _rows(parameters[0].detach(), max_len)[:B, None, :]
+                                                   .expand_as(added), atol=1e-5):
+        raise AssertionError(f"x of shape (B={B}, L={L}, D={d_model}): batch row b got table row b at every position: "
+                             "you numbered the sentences, not the positions. x is batch first, (B, L, D): the length "
+                             "is x.size(1), and rows 0 .. L-1 of the table go along that axis (table[:L][None])")
+    differs = ~tensor_isclose(added, added[:1].expand_as(added), atol=1e-5, rtol=1e-4).all(dim=-1)   # (B, L)
+    if differs.any():
+        row, position = differs.nonzero()[0].tolist()
+        raise AssertionError(f"the vector added at a position must not depend on the sentence (the batch row): at "
+                             f"position {position}, batch row {row} got another vector than row 0. Add table rows "
+                             "0 .. L-1 to every row of the batch")
     assert not allclose(added[0, 0], added[0, 1], atol=1e-5), "positions 0 and 1 got the same vector: look up row t for position t"
     if len(parameters) == 1:                         # one table: position t must get its row t
         table = _rows(parameters[0].detach(), max_len)                                  # (max_len, D)

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_lib.exercises import Refuse, call, fresh_generator, run_checker
-from transformer_lib.exercises.explain import name_difference
+from transformer_lib.exercises.explain import dropout_story, name_difference
 from transformer_lib.sublayers import LayerNorm, PositionwiseFeedForward, SublayerConnection
 from transformer_lib.exercises.guards import allclose, assert_close, tensor_isclose
 
@@ -145,8 +145,9 @@ def _check_rms_norm(rms_norm) -> None:
                        weight * x / (ms.sqrt() + eps)),
                       (f"eps is missing: divide by sqrt(mean(x²) + eps), which stays defined when x is all zeros "
                        f"(here eps = {eps})", weight * x / ms.sqrt())]
-        for message, wrong in slips:
-            assert not allclose(result, wrong, atol=1e-5, rtol=1e-4) or wrong.shape != result.shape, message
+        for message, wrong in slips:                   # a slip that gives the right values here explains nothing
+            assert wrong.shape != result.shape or not allclose(result, wrong, atol=1e-5, rtol=1e-4) or allclose(
+                wrong, expected, atol=1e-5, rtol=1e-4), message
         name_difference(result, expected, f"rms_norm(x of shape {tuple(x.shape)}, eps={eps:.3g}): ",
                         "; γ ⊙ x / sqrt(mean(x²) + eps), the mean over the last dimension")
         story = _divisor_story(result, x, weight, eps)
@@ -207,6 +208,13 @@ def _check_pre_ln_with(pre_ln_residual, B: int, L: int, D: int, generator: torch
     for message, wrong in slips.items():
         assert not allclose(result, wrong, atol=1e-5, rtol=1e-4) or allclose(
             wrong, expected, atol=1e-5, rtol=1e-4), message
+    with torch.no_grad():
+        for part, got, clean in (("the sublayer's output (your result − x)", result - x, sublayer(norm(x))),
+                                 ("your result", result, expected)):
+            story = dropout_story(got, clean)
+            if story:
+                raise AssertionError(f"pre_ln_residual: {part}: {story}. The exercise's block has no dropout: "
+                                     "x + Sublayer(LayerNorm(x))")
     name_difference(result, expected, "pre_ln_residual: ", "; x + Sublayer(LayerNorm(x))")
     assert_close(result, expected, atol=1e-5, rtol=1e-4, msg=lambda m: (
         f"pre_ln_residual differs from SublayerConnection(norm_first=True) without dropout: {m}"))

@@ -4,6 +4,8 @@ Hand-written, not exported: see `transformer_lib.exercises`. The checkers run th
 short sentences like the course corpus's (some with capitals and odd spacing) and compare it with
 what a word-level tokenizer and the `Metaspace` decoder of `transformer_lib.tokenization` must give.
 """
+from collections import Counter
+
 from tokenizers import Tokenizer, decoders
 
 from transformer_lib.exercises import Refuse, call, fresh_random, run_checker
@@ -27,9 +29,47 @@ _SPACED = ["the  cat\tchased\na dog ", "\ta dog  will   rest"]   # runs of space
 
 
 def _check_word_tokenizer(tokenizer_class) -> None:
+    _check_own_vocabulary(tokenizer_class)
     _check_tokenizer_on(tokenizer_class, _TRAIN, "the kitten chased a fox")
     _check_whitespace(tokenizer_class)
     _check_tokenizer_on(tokenizer_class, _random_texts(fresh_random()), None)
+
+
+def _probe(tokenizer, text: str):
+    """`tokenizer.encode(text)` as a list, or None where it raises or returns something else (another check names
+    that; a probe only compares two tokenizers)."""
+    try:
+        ids = tokenizer.encode(text)
+    except Exception:
+        return None
+    return ids if isinstance(ids, list) else None
+
+
+_OWN_A, _OWN_B, _NEVER = ["red fox runs", "a red hen"], ["blue owl sleeps", "an owl"], "zzqqz"
+
+
+def _check_own_vocabulary(tokenizer_class) -> None:
+    """Two tokenizers built from texts with different words: each must know only its own texts' words. A
+    vocabulary kept where all instances share it (a class attribute, a global, a mutable default argument) gives
+    the second the first one's words, or changes the first one's ids when the second is built."""
+    first = call(tokenizer_class, list(_OWN_A), on=f"building {tokenizer_class.__name__}({_OWN_A})")
+    before = _probe(first, _OWN_A[0])
+    second = call(tokenizer_class, list(_OWN_B), on=f"building a second {tokenizer_class.__name__}({_OWN_B}) "
+                  f"after a first one from {_OWN_A}")
+    share = ("its vocabulary is shared by every instance of the class (a dict defined in the class body or at module "
+             "level, or a mutable default argument such as vocab={}): create it in __init__, on self "
+             "(self.word_to_id = {...})")
+    unseen = _probe(second, _NEVER)
+    for word in ("fox", "hen"):
+        ids = _probe(second, word)
+        if ids is not None and unseen is not None and ids != unseen:
+            raise AssertionError(f"a {tokenizer_class.__name__} built from {_OWN_B} encodes {word!r}, a word of "
+                                 f"ANOTHER tokenizer's texts {_OWN_A}, as {ids}, while a word never seen gives "
+                                 f"{unseen}: {share}")
+    after = _probe(first, _OWN_A[0])
+    if before is not None and after is not None and before != after:
+        raise AssertionError(f"building a second {tokenizer_class.__name__} (from {_OWN_B}) changed what the first "
+                             f"one (from {_OWN_A}) gives for {_OWN_A[0]!r}: {before} before, {after} after; {share}")
 
 
 def _check_whitespace(tokenizer_class) -> None:
@@ -48,8 +88,14 @@ def _check_whitespace(tokenizer_class) -> None:
             raise AssertionError(f"encode({text!r}) gave {ids}, expected {expected}: you split on ' ' (split(' ')), "
                                  "which keeps an empty word '' between two spaces and does not split at a tab or a "
                                  "newline; split on any whitespace, text.split() with no argument")
-        raise AssertionError(f"encode({text!r}) gave {ids}, expected {expected}: words are separated by any "
-                             "whitespace, several spaces, tabs and newlines included (text.split())")
+        single = call(tokenizer.encode, " ".join(text.split()), on=f"encoding {' '.join(text.split())!r}")
+        if single == expected or (isinstance(ids, list) and len(ids) != len(expected)):
+            raise AssertionError(f"encode({text!r}) gave {ids}, expected {expected}" + (
+                f" (with single spaces, {' '.join(text.split())!r}, you give the right ids)" if single == expected
+                else f": {len(ids)} ids for {len(expected)} words") + ": words are separated by any whitespace, "
+                "several spaces, tabs and newlines included (text.split())")
+        raise AssertionError(f"encode({text!r}) gave {ids}, expected {expected} for a tokenizer built from "
+                             f"{_SPACED}: the known words numbered 1, 2, ... in sorted order, 0 for a word never seen")
     text = _SPACED[0]
     expected = [words.index(word) + 1 for word in text.split()]
     decoded = call(tokenizer.decode, expected, on=f"decoding {expected}, the ids of {text!r}")
@@ -98,9 +144,9 @@ def _check_tokenizer_on(tokenizer_class, train: list[str], unknown_text: str | N
     assert len(set(ids.values())) == len(words), f"different words must get different ids, got {ids}"
     assert sorted(ids.values()) == list(range(1, len(words) + 1)), (
         f"the {len(words)} known words should have the ids 1 .. {len(words)} (0 is <unk>), got {sorted(ids.values())}")
-    assert [ids[word] for word in words] == list(range(1, len(words) + 1)), (
-        f"number the words in sorted order (sorted(set(words))), not in the order they first appear: "
-        f"expected {dict(zip(words, range(1, len(words) + 1)))}, got {ids}")
+    if [ids[word] for word in words] != list(range(1, len(words) + 1)):
+        raise AssertionError(f"number the words in sorted order (sorted(set(words))){_order_named(ids, train)}: "
+                             f"expected {dict(zip(words, range(1, len(words) + 1)))}, got {ids}")
     unknown_text = unknown_text or f"{words[0]} qqq {words[-1]} zzzz"
     unseen = [w for w in unknown_text.split() if w not in words]
     unknown = call(tokenizer.encode, unknown_text, on=f"encoding {unknown_text!r}, whose words {unseen} were never "
@@ -116,6 +162,20 @@ def _check_tokenizer_on(tokenizer_class, train: list[str], unknown_text: str | N
     decoded = call(tokenizer.decode, unknown, on=f"decoding {unknown}, which holds id 0 (<unk>)")
     with_unk = " ".join(w if w in words else "<unk>" for w in unknown_text.split())
     assert decoded == with_unk, f"decode must write id 0 as <unk>: got {decoded!r}, expected {with_unk!r}"
+
+
+def _order_named(ids: dict[str, int], train: list[str]) -> str:
+    """", not in <the order the learner's ids follow>", or "" where no usual order explains them."""
+    in_text = [word for text in train for word in text.split()]
+    counts = Counter(in_text)
+    orders = {"the order they first appear": list(dict.fromkeys(in_text)),
+              "the order of their frequency (Counter.most_common)": [word for word, _ in counts.most_common()],
+              "reverse sorted order": sorted(counts, reverse=True),
+              "sorted order ignoring case (key=str.lower)": sorted(counts, key=str.lower),
+              "the order of their length": sorted(counts, key=len)}
+    given = sorted(ids, key=ids.get)
+    return next((f", not in {name}" for name, order in orders.items() if order == given and order != sorted(counts)),
+                "")
 
 
 def check_word_tokenizer(tokenizer_class) -> None:
