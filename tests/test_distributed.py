@@ -216,15 +216,15 @@ def test_checkpoint_is_plain_and_refuses_another_world_size(tmp_path):
 
 @pytest.mark.parametrize("env, launcher", [
     ({}, ["python", "-m", "transformer_lib"]),
-    ({"TORCHELASTIC_RUN_ID": "x", "LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "2"},
+    ({"RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "2"},
      ["torchrun", "--nproc_per_node=2", "-m", "transformer_lib", "--"]),
-    ({"TORCHELASTIC_RUN_ID": "x", "LOCAL_WORLD_SIZE": "4", "WORLD_SIZE": "8"},
+    ({"RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "4", "WORLD_SIZE": "8"},
      ["torchrun", "--nproc_per_node=4", "--nnodes=2", "-m", "transformer_lib", "--"]),
 ], ids=["python", "torchrun", "two-nodes"])
 def test_interrupted_run_names_the_launcher_that_resumes_it(monkeypatch, env, launcher):
     """The resume line after Ctrl-C: a run under torchrun refuses to resume in one process."""
     from transformer_lib import cli
-    for name in ("TORCHELASTIC_RUN_ID", "LOCAL_WORLD_SIZE", "WORLD_SIZE"):
+    for name in ("RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)

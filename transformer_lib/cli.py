@@ -45,9 +45,10 @@ def attention_head(text: str) -> int | str:
 
 def _launcher() -> list[str]:
     """How this command was started, for the resume line: torchrun with its processes a node, else python."""
-    if "LOCAL_WORLD_SIZE" in os.environ and "TORCHELASTIC_RUN_ID" in os.environ:   # started by torchrun
-        nodes = int(os.environ.get("WORLD_SIZE", 1)) // max(1, int(os.environ["LOCAL_WORLD_SIZE"]))
-        return ["torchrun", f"--nproc_per_node={os.environ['LOCAL_WORLD_SIZE']}",
+    from transformer_lib.distributed import launched_by_torchrun   # torch: only once an interrupt needs it
+    if launched_by_torchrun():
+        nodes = int(os.environ.get("WORLD_SIZE", 1)) // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+        return ["torchrun", f"--nproc_per_node={os.environ.get('LOCAL_WORLD_SIZE', 1)}",
                 *([f"--nnodes={nodes}"] if nodes > 1 else []), "-m", "transformer_lib", "--"]
     return ["python", "-m", "transformer_lib"]
 
