@@ -219,3 +219,54 @@ def test_setup_env_checks_the_python_that_pyproject_requires():
     assert re.search(r'^requires-python = ">=3.10"$', (ROOT / "pyproject.toml").read_text(), re.M)
     script = (ROOT / "scripts" / "setup_env.sh").read_text()
     assert "needs Python 3.10 or newer" in script and re.search(r"2\.\*\|3\.\[0-9\]\)", script)
+
+
+FAKE_PYTHON = r"""#!/bin/sh
+# A python3 for setup_env.sh's cache test: venv and pip only write what the real ones write about paths.
+case "$1" in
+  -c) case "$2" in *version_info*) echo 3.11 ;; *) echo "3.11.7 /opt/fake-python" ;; esac ;;
+  -m) case "$2" in
+        venv) mkdir -p "$3/bin" "$3/lib/python3.11/site-packages"
+              ln -s "$0" "$3/bin/python"
+              echo "command = python3 -m venv $PWD/$3" > "$3/pyvenv.cfg" ;;
+        pip) echo "$*" >> "$HOME/pip.log"
+             echo "#!$PWD/.venv/bin/python" > .venv/bin/pytest
+             echo "MAPPING = {'transformer_lib': '$PWD/transformer_lib'}" \
+                 > .venv/lib/python3.11/site-packages/__editable___transformer_lib_0_1_0_finder.py ;;
+      esac ;;
+esac
+"""
+
+
+def test_setup_env_links_a_new_clones_venv_from_the_cache(tmp_path):
+    """The first clone installs and caches its .venv; the second is linked from the cache, without pip,
+    its scripts and editable install pointed at itself, while the cache keeps the first clone's."""
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python3").write_text(FAKE_PYTHON)
+    (tmp_path / "bin" / "python3").chmod(0o755)
+    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "CHROMIUM_PATH": "/bin/true"}
+    clones = []
+    for name in ("first", "second"):
+        clone = tmp_path / name
+        (clone / "scripts").mkdir(parents=True)
+        (clone / "docs" / "node_modules").mkdir(parents=True)
+        for file in ("scripts/setup_env.sh", "requirements.txt", "requirements-dev.txt", "pyproject.toml",
+                     "docs/package-lock.json"):
+            shutil.copy(ROOT / file, clone / file)
+        shutil.copy(clone / "docs" / "package-lock.json", clone / "docs" / "node_modules" / ".package-lock.json")
+        result = subprocess.run(["bash", "scripts/setup_env.sh", "--dev"], cwd=clone, env=env,
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0 and result.stderr == "", result.stdout + result.stderr
+        clones.append(clone)
+    installs = (tmp_path / "pip.log").read_text().splitlines()
+    assert len(installs) == 3 and all(line.startswith("-m pip install") for line in installs)   # the first only
+    [cached] = (tmp_path / ".cache" / "transformer-course" / "venvs").glob("venv-*")
+    first, second = clones
+    assert (cached / ".source_root").read_text().strip() == str(first)
+    finder = "lib/python3.11/site-packages/__editable___transformer_lib_0_1_0_finder.py"
+    for venv, clone in ((cached, first), (first / ".venv", first), (second / ".venv", second)):
+        assert (venv / "bin" / "pytest").read_text() == f"#!{clone}/.venv/bin/python\n"
+        assert str(clone / "transformer_lib") in (venv / finder).read_text()
+    # linked, not copied: a file that needed no change is the cache's own
+    assert (second / ".venv" / "setup_dev.stamp").stat().st_ino == (cached / "setup_dev.stamp").stat().st_ino
+    assert not (second / ".venv" / ".source_root").exists()
