@@ -20,7 +20,7 @@ W^K, W^V as one packed Xavier matrix, zero biases: --ours-init torch, also chose
 set; the library's own init draws each D x D matrix alone), and adds three things: bf16 autocast where it
 pays (--ours-amp auto times a few steps of both precisions on this machine first, outside the time
 budget, and takes bf16 only if it is faster: it is on CPUs with fast bf16 instructions, not on
-others; --ours-attention auto likewise times the fused and the explicit attention); a cooldown of the
+others; --ours-attention auto, the default, likewise times the fused and the explicit attention); a cooldown of the
 learning rate to 0 over the last quarter of the time budget (--ours-cooldown, part of the schedule:
 `make_optimizer(..., cooldown=...)` in transformer_lib.training); and the paper's
 averaging of the last 5 checkpoints (§6.1, --ours-average), kept if it scores higher than the last
@@ -78,6 +78,7 @@ def recipe_for(name: str, args) -> dict:
     return {"amp": None if amp == "none" else amp,   # "auto": decided by the device (and, on a CPU, by measuring)
             "cooldown": args.ours_cooldown if ours else 0.0,
             "lr_factor": args.ours_lr_factor if ours and args.ours_lr_factor else args.lr_factor,
+            "dropout": args.ours_dropout if ours and args.ours_dropout is not None else args.dropout,
             "init": args.ours_init if ours else "torch",
             "attention": args.ours_attention if ours else "torch",
             "attention_dropout": args.ours_attention_dropout if ours else None,
@@ -94,7 +95,7 @@ def ours_settings(args) -> TrainSettings:
     recipe = recipe_for("ours", args)
     return TrainSettings(
         data="multi30k", data_dir=Path(args.data_dir).resolve(), vocab_size=args.vocab_size, d_model=args.d_model,
-        heads=args.heads, d_ff=args.d_ff, layers=args.layers, dropout=args.dropout,
+        heads=args.heads, d_ff=args.d_ff, layers=args.layers, dropout=recipe["dropout"],
         attention_dropout=recipe["attention_dropout"], activation_dropout=recipe["activation_dropout"],
         label_smoothing=args.label_smoothing, max_tokens=args.max_tokens, warmup=args.warmup,
         lr_factor=recipe["lr_factor"], cooldown=recipe["cooldown"], seed=args.seed, max_steps=args.max_steps,
@@ -260,6 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ours-lr-factor", type=float, default=None, help="ours: --lr-factor for ours only")
     # The paper drops out only residual branches and embeddings; nn.Transformer also drops attention weights
     # and feed-forward hidden units. Without those two, ours reached higher validation BLEU (see README).
+    p.add_argument("--ours-dropout", type=float, default=None,
+                   help="ours: dropout on residual branches and embeddings (default: --dropout, the peer's)")
     p.add_argument("--ours-attention-dropout", type=float, default=0.0,
                    help="ours: dropout on attention weights (0 = the paper; nn.Transformer uses --dropout)")
     p.add_argument("--ours-activation-dropout", type=float, default=0.0,
@@ -267,7 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ours-init", default="torch", choices=["ours", "torch"],
                    help="ours: the library's initialisation, or attention projections drawn as nn.MultiheadAttention "
                         "draws them (packed Q/K/V Xavier, zero biases)")
-    p.add_argument("--ours-attention", default="fused", choices=["fused", "explicit", "auto"],
+    p.add_argument("--ours-attention", default="auto", choices=["fused", "explicit", "auto"],
                    help="ours: the attention path its training steps take (auto: the faster of the two, timed here "
                         "on a few steps; train --attention)")
     p.add_argument("--log-every", type=int, default=25, help="the peer's steps between logged training losses "
@@ -337,6 +340,11 @@ def main() -> None:
                 model = PeerTransformer(config).to(args.device)
                 model.load_state_dict(torch.load(weights, map_location=args.device, weights_only=True))
             result = json.loads((args.out / f"model_{name}.json").read_text())
+            if name == "ours" and result.get("run") not in (None, _portable(args.out / RUN_FOLDER)):
+                # a run folder copied here from where it trained: record where it is now
+                moved = _portable(args.out / RUN_FOLDER)
+                result["train_command"] = result["train_command"].replace(shlex.quote(result["run"]), shlex.quote(moved))
+                result["run"] = moved
             result["eval_command"] = "python scripts/benchmark_multi30k.py " + " ".join(sys.argv[1:])
             result.setdefault("recipe", recipe_for(name, args))
             if "valid_greedy" not in result and not result["recipe"]["average_last"]:

@@ -126,10 +126,21 @@ def test_the_benchmark_recipe_is_a_train_command():
     settings = benchmark.ours_settings(benchmark.build_parser().parse_args(["--data-dir", "/data/multi30k"]))
     words = train_command(settings, "runs/multi30k")
     assert settings_from(build_parser().parse_args(words[3:])) == settings
-    assert (settings.init, settings.average, settings.average_every, settings.attention) == ("torch", 5, 100, "fused")
+    assert (settings.init, settings.average, settings.average_every, settings.attention) == ("torch", 5, 100, "auto")
     assert (settings.vocab_size, settings.d_model, settings.heads, settings.d_ff, settings.layers) == (8000, 256, 4, 1024, 3)
     assert (settings.attention_dropout, settings.activation_dropout, settings.max_tokens, settings.time_budget) == (
         0, 0, 2048, 1800)
+
+
+def test_results_page_gives_the_benchmarks_train_command():
+    """docs/results.md's `train` command is the one the benchmark records for its defaults (seed 0, 2 threads)."""
+    import shlex
+    from transformer_lib.options import train_command
+    benchmark = _benchmark_module()
+    args = benchmark.build_parser().parse_args(["--data-dir", "/data/multi30k", "--threads", "2", "--no-progress"])
+    words = train_command(benchmark.ours_settings(args), "runs/multi30k_seed0")
+    expected = shlex.join(words).replace("/data/multi30k", "PATH/TO/multi30k").replace(" --no-progress", "")
+    assert expected in (REPO / "docs" / "results.md").read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize("device, message", [
