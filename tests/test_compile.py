@@ -113,8 +113,8 @@ def test_pad_to_multiple_bounds_the_graphs_of_a_static_compile():
 def test_pad_to_multiple_with_dynamic_shapes_compiles_a_bounded_number_of_graphs():
     """`train --compile` compiles with dynamic=True: padded batches of every shape are served by one set of
     graphs (dynamo may add a few while it learns which sizes vary), never one set per shape. As above the
-    "eager" backend stands in for inductor (both gave 12 graphs on these batches with torch 2.13); the
-    tests above check inductor's dynamic graphs against eager PyTorch."""
+    "eager" backend stands in for inductor (both gave 12 graphs on these batches with torch 2.13);
+    test_cli_compile_trains_and_translates_like_eager checks inductor's dynamic graphs against eager PyTorch."""
     padded, tokenizer = padded_epochs(8)
     graphs = count_graphs(padded, tokenizer.pad_id, dynamic=True, backend="eager")
     assert len(shapes(padded)) >= 3, "the test needs batches of several shapes"
