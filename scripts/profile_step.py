@@ -6,7 +6,8 @@ tokens a side, about 2,048 padded tokens), times a full training step (forward, 
 backward, Adam) of our Transformer, with each attention path, and of `nn.Transformer` dressed as ours
 (scripts/peer_transformer.py): the median of --steps synchronized steps after --warmup. Then torch.profiler
 records --profile-steps more of each and prints the operators that took the most time (self time on the
-device where it is a GPU, on the host otherwise) and how often the host waited for the device.
+device where it is a GPU, on the host otherwise) and how many synchronizing calls and copies (a device-to-host
+copy, such as `.tolist()`, makes the host wait) each step makes.
 
 Written for the GPU record (results/gpu/README.md): on an H200 our benchmark step took 8 times the peer's,
 the reverse of the CPU, with about the same number of operators (scripts/count_step_ops.py).
@@ -28,6 +29,7 @@ from transformer_lib.model import TransformerConfig, build_transformer  # noqa: 
 from transformer_lib.training import LabelSmoothingLoss  # noqa: E402
 
 PAD = 0
+# CUDA runtime calls where the host may wait for the device
 SYNC_EVENTS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpyAsync")
 
 
@@ -99,7 +101,7 @@ def main() -> None:
         events = prof.key_averages()
         syncs = {e.key: e.count // args.profile_steps for e in events if e.key in SYNC_EVENTS}
         print(f"\n== {name}: {statistics.median(times) * 1e3:.1f} ms a step (median of {args.steps}); "
-              f"host waits a step: {syncs or 'none recorded'}")
+              f"synchronizing calls and copies a step: {syncs or 'none recorded'}")
         print(events.table(sort_by=sort_by, row_limit=args.top))
 
 
