@@ -129,7 +129,9 @@ def test_the_benchmark_recipe_is_a_train_command():
     assert (settings.init, settings.average, settings.average_every, settings.attention) == ("torch", 5, 100, "auto")
     assert (settings.vocab_size, settings.d_model, settings.heads, settings.d_ff, settings.layers) == (8000, 256, 4, 1024, 3)
     assert (settings.attention_dropout, settings.activation_dropout, settings.max_tokens, settings.time_budget) == (
-        0, 0, 2048, 1800)
+        None, None, 2048, 1800)                       # None: the dropout, 0.1, as nn.Transformer puts it
+    recipe = benchmark.recipe_for("ours", benchmark.build_parser().parse_args(["--ours-dropout", "0.2"]))
+    assert (recipe["dropout"], recipe["attention_dropout"], recipe["activation_dropout"]) == (0.2, 0.2, 0.2)
 
 
 def test_results_page_gives_the_benchmarks_train_command():

@@ -145,3 +145,15 @@ def test_readme_headline_quotes_the_summary(summary):
     headline = (f"{ours['test_2016_beam4']:.2f} BLEU with beam 4 on test_2016 ({ours['test_2016_greedy']:.2f} greedy), "
                 f"against {peer['test_2016_beam4']:.2f} / {peer['test_2016_greedy']:.2f} for `nn.Transformer`")
     assert headline in " ".join(readme.split())
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_evaluate_run_reproduced_the_table(seed):
+    """evaluate_test_2016_beam4.json: `evaluate --run` on ours' run folder scored test_2016 with beam 4 as the
+    table does, so the number comes from the product's own command, not only from the benchmark's decoding."""
+    record = json.loads((RESULTS / seed / "evaluate_test_2016_beam4.json").read_text())
+    assert record["command"].startswith("python -m transformer_lib evaluate --run ")
+    assert "--split test_2016 --beam 4" in record["command"]
+    assert record["output"]["sentences"] == 1000 and record["output"]["beam"] == 4
+    stored = load_metrics(seed)["models"]["ours"]["test"]["test_2016"]["beam4"]
+    assert round(record["output"]["bleu"], 2) == stored["bleu"]

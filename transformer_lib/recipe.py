@@ -1,6 +1,6 @@
 """The recipe of a run beyond the model's shape: how its attention projections are drawn (`--init`), which
 attention path its training steps take (`--attention`), and the paper's average of the last snapshots of
-the weights, kept where it scores higher on the validation pairs (`--average`, `--average-every`).
+the weights, kept where it scores at least as high on the validation pairs (`--average`, `--average-every`).
 
 Hand-written, not exported: a part of `train_run.py`, kept apart to keep each file short. The Multi30k
 benchmark (scripts/benchmark_multi30k.py) trains our model through `train_run` with these settings.
