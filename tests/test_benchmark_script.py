@@ -129,9 +129,12 @@ def test_the_benchmark_recipe_is_a_train_command():
     assert (settings.init, settings.average, settings.average_every, settings.attention) == ("torch", 5, 100, "auto")
     assert (settings.vocab_size, settings.d_model, settings.heads, settings.d_ff, settings.layers) == (8000, 256, 4, 1024, 3)
     assert (settings.attention_dropout, settings.activation_dropout, settings.max_tokens, settings.time_budget) == (
-        None, None, 2048, 1800)                       # None: the dropout, 0.1, as nn.Transformer puts it
+        None, 0.0, 2048, 1800)           # attention weights: the dropout, 0.1; feed-forward hidden units: none
     recipe = benchmark.recipe_for("ours", benchmark.build_parser().parse_args(["--ours-dropout", "0.2"]))
-    assert (recipe["dropout"], recipe["attention_dropout"], recipe["activation_dropout"]) == (0.2, 0.2, 0.2)
+    assert (recipe["dropout"], recipe["attention_dropout"], recipe["activation_dropout"]) == (0.2, 0.2, 0.0)
+    recipe = benchmark.recipe_for("ours", benchmark.build_parser().parse_args(
+        ["--ours-dropout", "0.2", "--ours-activation-dropout", "0.1"]))
+    assert (recipe["attention_dropout"], recipe["activation_dropout"]) == (0.2, 0.1)
 
 
 def test_results_page_gives_the_benchmarks_train_command():
@@ -158,6 +161,34 @@ def test_benchmark_refuses_a_device_it_cannot_use(tmp_path, device, message):
     assert done.returncode == 2
     assert done.stderr.startswith(f"error: {message}") and len(done.stderr.splitlines()) == 1
     assert not (tmp_path / "out").exists()                # refused before anything was written
+
+
+@pytest.mark.parametrize("stopped_in", ["ours", "the peer"])
+def test_an_interrupted_benchmark_says_how_to_go_on(tmp_path, monkeypatch, capsys, stopped_in):
+    """Ctrl-C or a kill ends the script with one line and 128 + the signal, not a traceback; where train_run
+    saved ours, the line names the checkpoint and the command that resumes it."""
+    import signal
+    from transformer_lib.train_signals import TrainingStopped
+    benchmark = _benchmark_module()
+
+    def interrupted():
+        if stopped_in == "the peer":
+            raise KeyboardInterrupt
+        stop = TrainingStopped(signal.SIGTERM, step=700)
+        stop.run = tmp_path / "runs" / "ours"
+        raise stop
+    monkeypatch.setattr(benchmark, "main", interrupted)
+    monkeypatch.setattr(sys, "argv", ["scripts/benchmark_multi30k.py", "--seed", "0"])
+    with pytest.raises(SystemExit) as ended:
+        benchmark.run_script()
+    said = capsys.readouterr().err
+    assert len(said.splitlines()) == 1 and "Traceback" not in said
+    assert said.rstrip().endswith("scripts/benchmark_multi30k.py --seed 0")
+    if stopped_in == "ours":
+        assert ended.value.code == 128 + signal.SIGTERM
+        assert said.startswith(f"interrupted at step 700: saved {tmp_path / 'runs' / 'ours'}")
+    else:
+        assert ended.value.code == 128 + signal.SIGINT and said.startswith("interrupted; run the same command")
 
 
 def _benchmark_module():
