@@ -165,8 +165,9 @@ def test_benchmark_refuses_a_device_it_cannot_use(tmp_path, device, message):
 
 @pytest.mark.parametrize("stopped_in", ["ours", "the peer"])
 def test_an_interrupted_benchmark_says_how_to_go_on(tmp_path, monkeypatch, capsys, stopped_in):
-    """Ctrl-C or a kill ends the script with one line and 128 + the signal, not a traceback; where train_run
-    saved ours, the line names the checkpoint and the command that resumes it."""
+    """The interruptions run_script receives (Ctrl-C anywhere; a kill while ours trains, which train_run turns
+    into TrainingStopped) end the script with one line and 128 + the signal, not a traceback; where train_run
+    saved ours, the line names its run folder and the command that resumes it."""
     import signal
     from transformer_lib.train_signals import TrainingStopped
     benchmark = _benchmark_module()
