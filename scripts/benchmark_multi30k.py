@@ -27,7 +27,9 @@ learning rate to 0 over the last quarter of the time budget (--ours-cooldown, pa
 `make_optimizer(..., cooldown=...)` in transformer_lib.training); and the paper's
 averaging of the last 5 checkpoints (§6.1, --ours-average), kept if it scores at least as high as
 the last weights on the validation set. Both are scored with the same greedy decoding and beam search
-(beam 4, α = 0.6); the validation set is scored too (greedy), for ours before and after averaging.
+(beam 4), whose length penalty α each model takes, as the paper did, from the validation set: the
+candidate of --alpha (0.6, the paper's, to 2.0) whose beam search scores the highest BLEU there. The
+validation set is scored greedy too, for ours before and after averaging.
 
 --device (default cpu) is where both models train and decode, one after the other, on the same
 batches and budget: e.g. `--device cuda`. There --ours-amp auto takes the precision the GPU has
@@ -41,6 +43,7 @@ validation set only, and never looks at a test set.
 """
 import argparse
 import json
+import math
 import os
 import platform
 import shlex
@@ -59,6 +62,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from transformer_lib.data import TranslationData, load_pairs  # noqa: E402
+from transformer_lib.decoding import ALPHA_LIMIT  # noqa: E402
 from transformer_lib.device import faster_cpu_autocast, pick_amp  # noqa: E402
 from transformer_lib.evaluation import score_translations, translate  # noqa: E402
 from transformer_lib.files import fingerprint_tokenizer  # noqa: E402
@@ -175,12 +179,29 @@ def train_one(name: str, model: nn.Module, data: TranslationData, args, pad_id: 
             "valid_greedy": valid, "history": state.history}
 
 
-def evaluate_one(model: nn.Module, tokenizer, test_sets: dict, beams: list[int]) -> tuple[dict, dict]:
+def choose_alpha(model: nn.Module, tokenizer, valid_pairs: list, beam: int, alphas: list[float]) -> dict:
+    """The length penalty's α for beam search with `beam`: of the candidates `alphas`, the one whose
+    translations of the validation set score the highest BLEU (the first of equals, so list the paper's 0.6
+    first). The paper chose its α = 0.6 on its development set too. Returns {"beam", "alpha", "valid_bleu":
+    {α: BLEU}}; nothing is decoded where there is nothing to choose (greedy, or one candidate)."""
+    if beam == 1 or len(alphas) == 1:
+        return {"beam": beam, "alpha": alphas[0], "valid_bleu": {}}
+    sources, references = [s for s, _ in valid_pairs], [t for _, t in valid_pairs]
+    bleu = {}
+    for alpha in alphas:
+        hypotheses = translate(model, tokenizer, sources, beam_size=beam, alpha=alpha)
+        bleu[f"{alpha:g}"] = round(score_translations(hypotheses, references)["bleu"], 2)
+        print(f"  valid beam{beam} alpha {alpha:g}: {bleu[f'{alpha:g}']}", file=sys.stderr)
+    return {"beam": beam, "alpha": max(alphas, key=lambda a: bleu[f"{a:g}"]), "valid_bleu": bleu}
+
+
+def evaluate_one(model: nn.Module, tokenizer, test_sets: dict, beams: list[int],
+                 alpha: float) -> tuple[dict, dict]:
     scores, outputs = {}, {}
     for split, pairs in test_sets.items():
         for beam in beams:
             start = time.perf_counter()
-            hyps = translate(model, tokenizer, [s for s, _ in pairs], beam_size=beam)
+            hyps = translate(model, tokenizer, [s for s, _ in pairs], beam_size=beam, alpha=alpha)
             key = "greedy" if beam == 1 else f"beam{beam}"
             scores.setdefault(split, {})[key] = {**{k: round(v, 2) for k, v in score_translations(
                 hyps, [t for _, t in pairs]).items()}, "decode_seconds": round(time.perf_counter() - start, 1)}
@@ -239,6 +260,19 @@ def _plot_curves(report: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def alpha_candidates(text: str) -> list[float]:
+    """--alpha: one α, or candidates separated by commas, each a number the beam search accepts."""
+    try:
+        alphas = [float(word) for word in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or numbers separated by commas, e.g. 0.6 or "
+                                         f"0.6,1.0,1.4; got {text!r}") from None
+    if not all(math.isfinite(a) and abs(a) <= ALPHA_LIMIT for a in alphas):
+        raise argparse.ArgumentTypeError(f"each α must be a finite number in [-{ALPHA_LIMIT}, {ALPHA_LIMIT}], "
+                                         f"got {text!r}")
+    return alphas
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -294,6 +328,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ours: average this many last snapshots (0 = use the last weights, as the peer does)")
     p.add_argument("--average-every", type=int, default=100, help="steps between the snapshots averaged")
     p.add_argument("--beams", default="1,4", help="beam sizes to evaluate (1 = greedy)")
+    p.add_argument("--alpha", type=alpha_candidates, default="0.6,0.8,1.0,1.2,1.4,1.6,1.8,2.0",
+                   help="beam search's length penalty α, or comma-separated candidates: each model decodes the "
+                        "validation set with the widest of --beams at each and keeps the one that scores highest "
+                        "(the first of equals; the paper chose its 0.6 on its development set)")
     p.add_argument("--test-limit", type=int, default=None, help="score only the first N test (and validation) "
                    "sentences (ours' run, like train, still validates and chooses its averaged weights on all)")
     p.add_argument("--seed", type=int, default=0)
@@ -373,7 +411,8 @@ def main() -> None:
             if args.valid_only:
                 (args.out / f"model_{name}.json").write_text(json.dumps(result, indent=1))
                 continue
-        scores, outputs = evaluate_one(model, model_tokenizer, test_sets, beams=beams)
+        result["length_penalty"] = choose_alpha(model, model_tokenizer, valid_pairs, max(beams), args.alpha)
+        scores, outputs = evaluate_one(model, model_tokenizer, test_sets, beams, result["length_penalty"]["alpha"])
         result["test"] = scores
         (args.out / f"model_{name}.json").write_text(json.dumps(result, indent=1))
         # Only our outputs are committed (one per line); the test data stays out of the repo.
@@ -390,8 +429,11 @@ def main() -> None:
 def seed_scores(result: dict) -> dict:
     """One model's numbers of one run (a model entry of metrics.json), flat: what the summary compares."""
     kept = result["recipe"].get("kept", "last_weights")
+    penalty = result.get("length_penalty", {"alpha": 0.6, "valid_bleu": {}})   # runs scored before the choice
     return {"steps": result["steps"], "target_tokens_per_second": result["target_tokens_per_second"],
             "valid_greedy": result["valid_greedy"][kept]["bleu"],
+            "valid_beam4": penalty["valid_bleu"].get(f"{penalty['alpha']:g}"),   # None: no α was chosen
+            "beam4_alpha": penalty["alpha"],
             **{f"{split}_{decoding}": result["test"][split][decoding]["bleu"]
                for split in ("test_2016", "test_2017") for decoding in ("greedy", "beam4")}}
 
@@ -406,7 +448,8 @@ def summarize(results: Path) -> dict:
     for name in ("ours", "peer"):
         per_seed = {seed: seed_scores(r["models"][name]) for seed, r in reports.items() if name in r["models"]}
         mean = {key: round(statistics.fmean(s[key] for s in per_seed.values()), 2)
-                for key in next(iter(per_seed.values()))} if per_seed else {}
+                for key in next(iter(per_seed.values()))
+                if all(s[key] is not None for s in per_seed.values())} if per_seed else {}
         models[name] = {"per_seed": per_seed, "mean": mean}
     summary = {"task": "Multi30k de->en, sacreBLEU BLEU (cased, 13a); the mean of the seeds run",
                "seeds": sorted(reports), "models": models}

@@ -77,8 +77,15 @@ def test_benchmark_smoke_run(tmp_path, device, multi30k_slice):
     # Ours is a run folder of the product: `evaluate --run` scores it as the script did, `translate` opens it.
     run = out / "runs" / "ours"
     assert ours["run"] == str(run) and ours["train_command"].startswith(f"python -m transformer_lib train --run {run} ")
+    for result in (ours, peer):   # α chosen on the (3) validation sentences from the default candidates
+        penalty = result["length_penalty"]
+        assert penalty["beam"] == 4 and list(penalty["valid_bleu"]) == ["0.6", "0.8", "1", "1.2", "1.4", "1.6",
+                                                                         "1.8", "2"]
+        assert penalty["valid_bleu"][f"{penalty['alpha']:g}"] == max(penalty["valid_bleu"].values())
+    alpha = str(ours["length_penalty"]["alpha"])
     for split in ("test_2016", "test_2017"):
-        scored = cli("evaluate", "--run", run, "--split", split, "--beam", "4", "--limit", "3", "--device", device)
+        scored = cli("evaluate", "--run", run, "--split", split, "--beam", "4", "--alpha", alpha, "--limit", "3",
+                     "--device", device)
         assert scored.returncode == 0, scored.stderr
         assert round(json.loads(scored.stdout)["bleu"], 2) == ours["test"][split]["beam4"]["bleu"]
     hypotheses = (out / "hypotheses_ours_test_2016_greedy.txt").read_text(encoding="utf-8").splitlines()
@@ -161,6 +168,39 @@ def test_benchmark_refuses_a_device_it_cannot_use(tmp_path, device, message):
     assert done.returncode == 2
     assert done.stderr.startswith(f"error: {message}") and len(done.stderr.splitlines()) == 1
     assert not (tmp_path / "out").exists()                # refused before anything was written
+
+
+def test_the_length_penalty_is_chosen_on_the_validation_set(monkeypatch):
+    """choose_alpha decodes the validation set once per candidate α and keeps the highest BLEU, the first of
+    equals (the paper's 0.6 is listed first); with one candidate, or greedy, it decodes nothing."""
+    benchmark = _benchmark_module()
+    bleu_at = {0.6: 30.0, 1.0: 31.5, 1.4: 31.5, 2.0: 29.0}
+    decoded = []
+
+    def translate(model, tokenizer, sources, beam_size, alpha):
+        decoded.append((beam_size, alpha))
+        return [str(alpha)] * len(sources)
+    monkeypatch.setattr(benchmark, "translate", translate)
+    monkeypatch.setattr(benchmark, "score_translations", lambda hyps, refs: {"bleu": bleu_at[float(hyps[0])]})
+    pairs = [("ein Hund", "a dog"), ("eine Katze", "a cat")]
+    chosen = benchmark.choose_alpha(None, None, pairs, 4, [0.6, 1.0, 1.4, 2.0])
+    assert chosen == {"beam": 4, "alpha": 1.0, "valid_bleu": {"0.6": 30.0, "1": 31.5, "1.4": 31.5, "2": 29.0}}
+    assert decoded == [(4, 0.6), (4, 1.0), (4, 1.4), (4, 2.0)]
+    decoded.clear()
+    assert benchmark.choose_alpha(None, None, pairs, 4, [0.6])["alpha"] == 0.6
+    assert benchmark.choose_alpha(None, None, pairs, 1, [0.6, 1.0])["valid_bleu"] == {} and decoded == []
+
+
+@pytest.mark.parametrize("given, said", [
+    ("0.6,x", "expected a number or numbers separated by commas, e.g. 0.6 or 0.6,1.0,1.4; got '0.6,x'"),
+    ("0.6,11", "each α must be a finite number in [-10, 10], got '0.6,11'"),
+    ("nan", "each α must be a finite number in [-10, 10], got 'nan'"),
+])
+def test_a_bad_alpha_is_refused_in_one_line(capsys, given, said):
+    with pytest.raises(SystemExit) as ended:
+        _benchmark_module().build_parser().parse_args(["--alpha", given])
+    assert ended.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(f"error: argument --alpha: {said}")
 
 
 @pytest.mark.parametrize("stopped_in", ["ours", "the peer"])

@@ -124,7 +124,8 @@ def test_summary_is_the_mean_of_the_seeds(summary):
 
 def test_results_page_quotes_the_summary(summary):
     """docs/results.md's Multi30k table: a row per model and seed, and the mean row, as summary.json says."""
-    columns = ["steps", "target_tokens_per_second", "valid_greedy"] + [f"{s}_{d}" for s, d in DECODINGS]
+    columns = ["steps", "target_tokens_per_second", "valid_greedy", "valid_beam4", "beam4_alpha"] + [
+        f"{s}_{d}" for s, d in DECODINGS]
     rows = {}
     for line in RESULTS_PAGE.read_text(encoding="utf-8").splitlines():
         cells = [c.strip().strip("*") for c in line.strip().strip("|").split("|")]
@@ -148,12 +149,30 @@ def test_readme_headline_quotes_the_summary(summary):
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_evaluate_run_reproduced_the_table(seed):
-    """evaluate_test_2016_beam4.json: `evaluate --run` on ours' run folder scored test_2016 with beam 4 as the
-    table does, so the number comes from the product's own command, not only from the benchmark's decoding."""
-    record = json.loads((RESULTS / seed / "evaluate_test_2016_beam4.json").read_text())
+@pytest.mark.parametrize("split, sentences", [("valid", 1014), ("test_2016", 1000)])
+def test_evaluate_run_reproduced_the_table(seed, split, sentences):
+    """evaluate_{valid,test_2016}_beam4.json: `evaluate --run` on ours' run folder scored the validation set
+    and test_2016 with beam 4 and the α chosen on the validation set, as the table does, so the numbers come
+    from the product's own command, not only from the benchmark's decoding."""
+    record = json.loads((RESULTS / seed / f"evaluate_{split}_beam4.json").read_text())
     assert record["command"].startswith("python -m transformer_lib evaluate --run ")
-    assert "--split test_2016 --beam 4" in record["command"]
-    assert record["output"]["sentences"] == 1000 and record["output"]["beam"] == 4
-    stored = load_metrics(seed)["models"]["ours"]["test"]["test_2016"]["beam4"]
-    assert round(record["output"]["bleu"], 2) == stored["bleu"]
+    ours = load_metrics(seed)["models"]["ours"]
+    alpha = ours["length_penalty"]["alpha"]
+    assert f"--split {split} --beam 4 --alpha {alpha:g} " in record["command"]
+    assert record["output"]["sentences"] == sentences and record["output"]["beam"] == 4
+    stored = ours["length_penalty"]["valid_bleu"][f"{alpha:g}"] if split == "valid" else \
+        ours["test"][split]["beam4"]["bleu"]
+    assert round(record["output"]["bleu"], 2) == stored
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_both_models_chose_alpha_the_same_way(seed):
+    """The same decoding rule for both: beam 4, α from the same candidates, each model the one its own
+    validation BLEU ranked first (the first of equals)."""
+    models = load_metrics(seed)["models"]
+    assert list(models["ours"]["length_penalty"]["valid_bleu"]) == list(models["peer"]["length_penalty"]["valid_bleu"])
+    for result in models.values():
+        penalty = result["length_penalty"]
+        assert penalty["beam"] == 4
+        best = max(penalty["valid_bleu"].values())
+        assert f"{penalty['alpha']:g}" == next(a for a, bleu in penalty["valid_bleu"].items() if bleu == best)
