@@ -62,12 +62,12 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from transformer_lib.data import TranslationData, load_pairs  # noqa: E402
-from transformer_lib.decoding import ALPHA_LIMIT  # noqa: E402
+from transformer_lib.decoding import _check_alpha  # noqa: E402
 from transformer_lib.device import faster_cpu_autocast, pick_amp  # noqa: E402
-from transformer_lib.evaluation import score_translations, translate  # noqa: E402
+from transformer_lib.evaluation import ALPHA_CANDIDATES, choose_alpha, score_translations, translate  # noqa: E402
 from transformer_lib.files import fingerprint_tokenizer  # noqa: E402
 from transformer_lib.model import TransformerConfig  # noqa: E402
-from transformer_lib.options import parse_duration, train_command  # noqa: E402
+from transformer_lib.options import alpha_choice, parse_duration, train_command  # noqa: E402
 from transformer_lib.recipe import greedy_bleu  # noqa: E402
 from transformer_lib.runs import RunError, RunFolder, one_line  # noqa: E402
 from transformer_lib.settings import TrainSettings  # noqa: E402
@@ -179,22 +179,6 @@ def train_one(name: str, model: nn.Module, data: TranslationData, args, pad_id: 
             "valid_greedy": valid, "history": state.history}
 
 
-def choose_alpha(model: nn.Module, tokenizer, valid_pairs: list, beam: int, alphas: list[float]) -> dict:
-    """The length penalty's α for beam search with `beam`: of the candidates `alphas`, the one whose
-    translations of the validation set score the highest BLEU (the first of equals, so list the paper's 0.6
-    first). The paper chose its α = 0.6 on its development set too. Returns {"beam", "alpha", "valid_bleu":
-    {α: BLEU}}; nothing is decoded where there is nothing to choose (greedy, or one candidate)."""
-    if beam == 1 or len(alphas) == 1:
-        return {"beam": beam, "alpha": alphas[0], "valid_bleu": {}}
-    sources, references = [s for s, _ in valid_pairs], [t for _, t in valid_pairs]
-    bleu = {}
-    for alpha in alphas:
-        hypotheses = translate(model, tokenizer, sources, beam_size=beam, alpha=alpha)
-        bleu[f"{alpha:g}"] = round(score_translations(hypotheses, references)["bleu"], 2)
-        print(f"  valid beam{beam} alpha {alpha:g}: {bleu[f'{alpha:g}']}", file=sys.stderr)
-    return {"beam": beam, "alpha": max(alphas, key=lambda a: bleu[f"{a:g}"]), "valid_bleu": bleu}
-
-
 def evaluate_one(model: nn.Module, tokenizer, test_sets: dict, beams: list[int],
                  alpha: float) -> tuple[dict, dict]:
     scores, outputs = {}, {}
@@ -261,15 +245,15 @@ def _plot_curves(report: dict, path: Path) -> None:
 
 
 def alpha_candidates(text: str) -> list[float]:
-    """--alpha: one α, or candidates separated by commas, each a number the beam search accepts."""
+    """--alpha: one α, candidates separated by commas, or auto (ALPHA_CANDIDATES), each one the beam search
+    accepts (checked here, before any training)."""
+    given = alpha_choice(text)
+    alphas = list(ALPHA_CANDIDATES) if given == "auto" else list(given) if isinstance(given, tuple) else [given]
     try:
-        alphas = [float(word) for word in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number or numbers separated by commas, e.g. 0.6 or "
-                                         f"0.6,1.0,1.4; got {text!r}") from None
-    if not all(math.isfinite(a) and abs(a) <= ALPHA_LIMIT for a in alphas):
-        raise argparse.ArgumentTypeError(f"each α must be a finite number in [-{ALPHA_LIMIT}, {ALPHA_LIMIT}], "
-                                         f"got {text!r}")
+        for alpha in alphas:
+            _check_alpha(alpha)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
     return alphas
 
 
@@ -328,8 +312,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ours: average this many last snapshots (0 = use the last weights, as the peer does)")
     p.add_argument("--average-every", type=int, default=100, help="steps between the snapshots averaged")
     p.add_argument("--beams", default="1,4", help="beam sizes to evaluate (1 = greedy)")
-    p.add_argument("--alpha", type=alpha_candidates, default="0.6,0.8,1.0,1.2,1.4,1.6,1.8,2.0",
-                   help="beam search's length penalty α, or comma-separated candidates: each model decodes the "
+    p.add_argument("--alpha", type=alpha_candidates, default="auto",
+                   help="beam search's length penalty α, or comma-separated candidates (auto: 0.6, 0.8, ..., 2.0; "
+                        "transformer_lib.evaluation.choose_alpha): each model decodes the "
                         "validation set with the widest of --beams at each and keeps the one that scores highest "
                         "(the first of equals; the paper chose its 0.6 on its development set)")
     p.add_argument("--test-limit", type=int, default=None, help="score only the first N test (and validation) "
@@ -411,7 +396,8 @@ def main() -> None:
             if args.valid_only:
                 (args.out / f"model_{name}.json").write_text(json.dumps(result, indent=1))
                 continue
-        result["length_penalty"] = choose_alpha(model, model_tokenizer, valid_pairs, max(beams), args.alpha)
+        result["length_penalty"] = choose_alpha(model, model_tokenizer, valid_pairs, max(beams), args.alpha,
+                                                report=lambda line: print(f"  valid {line}", file=sys.stderr))
         scores, outputs = evaluate_one(model, model_tokenizer, test_sets, beams, result["length_penalty"]["alpha"])
         result["test"] = scores
         (args.out / f"model_{name}.json").write_text(json.dumps(result, indent=1))
@@ -432,7 +418,8 @@ def seed_scores(result: dict) -> dict:
     penalty = result.get("length_penalty", {"alpha": 0.6, "valid_bleu": {}})   # runs scored before the choice
     return {"steps": result["steps"], "target_tokens_per_second": result["target_tokens_per_second"],
             "valid_greedy": result["valid_greedy"][kept]["bleu"],
-            "valid_beam4": penalty["valid_bleu"].get(f"{penalty['alpha']:g}"),   # None: no α was chosen
+            "valid_beam4": penalty["valid_bleu"].get(f"{penalty['alpha']:g}")      # None: no α was chosen with beam 4
+            if penalty.get("beam", 4) == 4 else None,
             "beam4_alpha": penalty["alpha"],
             **{f"{split}_{decoding}": result["test"][split][decoding]["bleu"]
                for split in ("test_2016", "test_2017") for decoding in ("greedy", "beam4")}}

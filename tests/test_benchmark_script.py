@@ -170,31 +170,21 @@ def test_benchmark_refuses_a_device_it_cannot_use(tmp_path, device, message):
     assert not (tmp_path / "out").exists()                # refused before anything was written
 
 
-def test_the_length_penalty_is_chosen_on_the_validation_set(monkeypatch):
-    """choose_alpha decodes the validation set once per candidate α and keeps the highest BLEU, the first of
-    equals (the paper's 0.6 is listed first); with one candidate, or greedy, it decodes nothing."""
-    benchmark = _benchmark_module()
-    bleu_at = {0.6: 30.0, 1.0: 31.5, 1.4: 31.5, 2.0: 29.0}
-    decoded = []
-
-    def translate(model, tokenizer, sources, beam_size, alpha):
-        decoded.append((beam_size, alpha))
-        return [str(alpha)] * len(sources)
-    monkeypatch.setattr(benchmark, "translate", translate)
-    monkeypatch.setattr(benchmark, "score_translations", lambda hyps, refs: {"bleu": bleu_at[float(hyps[0])]})
-    pairs = [("ein Hund", "a dog"), ("eine Katze", "a cat")]
-    chosen = benchmark.choose_alpha(None, None, pairs, 4, [0.6, 1.0, 1.4, 2.0])
-    assert chosen == {"beam": 4, "alpha": 1.0, "valid_bleu": {"0.6": 30.0, "1": 31.5, "1.4": 31.5, "2": 29.0}}
-    assert decoded == [(4, 0.6), (4, 1.0), (4, 1.4), (4, 2.0)]
-    decoded.clear()
-    assert benchmark.choose_alpha(None, None, pairs, 4, [0.6])["alpha"] == 0.6
-    assert benchmark.choose_alpha(None, None, pairs, 1, [0.6, 1.0])["valid_bleu"] == {} and decoded == []
+def test_alpha_candidates_default_to_the_librarys():
+    from transformer_lib.evaluation import ALPHA_CANDIDATES
+    parser = _benchmark_module().build_parser()
+    assert parser.parse_args([]).alpha == list(ALPHA_CANDIDATES) == parser.parse_args(["--alpha", "auto"]).alpha
+    assert parser.parse_args(["--alpha", "1.4"]).alpha == [1.4]
+    assert parser.parse_args(["--alpha", "0.6,1"]).alpha == [0.6, 1.0]
 
 
 @pytest.mark.parametrize("given, said", [
-    ("0.6,x", "expected a number or numbers separated by commas, e.g. 0.6 or 0.6,1.0,1.4; got '0.6,x'"),
-    ("0.6,11", "each α must be a finite number in [-10, 10], got '0.6,11'"),
-    ("nan", "each α must be a finite number in [-10, 10], got 'nan'"),
+    ("0.6,x", "must be a finite number >= 0 (e.g. 0.6), such numbers separated by commas to choose from on the "
+              "validation set (e.g. 0.6,1.0,1.4), or auto; got '0.6,x'"),
+    ("0.6,11", "alpha must be a finite number in [-10, 10] (the paper uses 0.6; 0 ranks by log P alone; beyond, "
+               "length all but decides the ranking), got 11.0"),
+    ("nan", "must be a finite number >= 0 (e.g. 0.6), such numbers separated by commas to choose from on the "
+            "validation set (e.g. 0.6,1.0,1.4), or auto; got 'nan'"),
 ])
 def test_a_bad_alpha_is_refused_in_one_line(capsys, given, said):
     with pytest.raises(SystemExit) as ended:

@@ -180,6 +180,33 @@ def test_bad_alpha(trained_run, command, alpha):
     assert_refused(cli(command, "--run", trained_run, "--alpha", alpha), "--alpha", "finite number >= 0")
 
 
+@pytest.mark.parametrize("alpha", ["0.6,x", "0.6,", "Auto", "0.6,-1"])
+def test_bad_alpha_candidates(trained_run, alpha):
+    assert_refused(cli("evaluate", "--run", trained_run, "--alpha", alpha), "--alpha", "separated by commas", "auto")
+
+
+def test_alpha_candidate_out_of_range_is_refused_before_decoding(trained_run):
+    assert_refused(cli("evaluate", "--run", trained_run, "--beam", "2", "--alpha", "0.6,11"),
+                   "alpha must be a finite number in [-10, 10]")
+
+
+def test_evaluate_chooses_alpha_on_the_validation_split(trained_run):
+    """--alpha with candidates: each decodes the run's validation split (its first --limit pairs), the highest
+    BLEU's α decodes the split asked for, and the record says which α and what each scored."""
+    chose = cli("evaluate", "--run", trained_run, "--beam", "2", "--alpha", "0,0.6,2", "--limit", "8")
+    assert chose.returncode == 0, chose.stderr
+    metrics, said = json.loads(chose.stdout), chose.stderr.splitlines()
+    assert list(metrics["alpha_valid_bleu"]) == ["0", "0.6", "2"]
+    assert metrics["alpha_valid_bleu"][f"{metrics['alpha']:g}"] == max(metrics["alpha_valid_bleu"].values())
+    assert said[0].startswith("choosing alpha on valid: beam 2, alpha 0: BLEU ")
+    assert said[-1] == f"choosing alpha on valid: alpha {metrics['alpha']:g} scored highest"
+    given = json.loads(cli("evaluate", "--run", trained_run, "--beam", "2", "--alpha", str(metrics["alpha"]),
+                           "--limit", "8").stdout)
+    assert given["bleu"] == metrics["bleu"] and given["alpha"] == metrics["alpha"] and "alpha_valid_bleu" not in given
+    greedy = cli("evaluate", "--run", trained_run, "--alpha", "auto", "--limit", "2")   # nothing to choose
+    assert greedy.returncode == 0 and greedy.stderr == "" and "alpha" not in json.loads(greedy.stdout)
+
+
 # --- an existing run: resumed only with its own configuration ---------------------------------------
 
 @pytest.mark.parametrize("extra, words", [

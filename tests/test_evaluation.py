@@ -3,8 +3,9 @@ import pytest
 import sacrebleu
 import torch
 
-from transformer_lib.evaluation import (attention_maps, benchmark_summary, bleu_by_length, score_translations,
-                                        sentence_chrf, translate)
+from transformer_lib import evaluation
+from transformer_lib.evaluation import (ALPHA_CANDIDATES, attention_maps, benchmark_summary, bleu_by_length,
+                                        choose_alpha, score_translations, sentence_chrf, translate)
 from transformer_lib.model import TransformerConfig, build_transformer
 from transformer_lib.tokenization import train_bpe_tokenizer
 
@@ -182,3 +183,50 @@ def test_benchmark_summary_rows():
     assert rows[0]["bleu"] == 30.0 and rows[0]["tokens_per_second"] == 5000 and rows[0]["parameters"] == 7
     with pytest.raises(ValueError, match="'models' entry"):
         benchmark_summary({"command": "x"})
+
+
+def test_choose_alpha_keeps_the_highest_validation_bleu_the_first_of_equals(monkeypatch):
+    """One decode of the validation set per candidate α; the highest BLEU wins, the first of equals (the
+    paper's 0.6 is listed first); with one candidate, or greedy, nothing is decoded."""
+    bleu_at = {0.6: 30.0, 1.0: 31.5, 1.4: 31.5, 2.0: 29.0}
+    decoded = []
+
+    def fake_translate(model, tokenizer, sources, beam_size, alpha):
+        decoded.append((beam_size, alpha))
+        return [str(alpha)] * len(sources)
+    monkeypatch.setattr(evaluation, "translate", fake_translate)
+    monkeypatch.setattr(evaluation, "score_translations", lambda hyps, refs: {"bleu": bleu_at[float(hyps[0])]})
+    pairs = [("ein Hund", "a dog"), ("eine Katze", "a cat")]
+    lines = []
+    chosen = choose_alpha(None, None, pairs, 4, [0.6, 1.0, 1.4, 2.0, 1], report=lines.append)
+    assert chosen == {"beam": 4, "alpha": 1.0, "valid_bleu": {"0.6": 30.0, "1": 31.5, "1.4": 31.5, "2": 29.0}}
+    assert decoded == [(4, 0.6), (4, 1.0), (4, 1.4), (4, 2.0)]          # 1 and 1.0: one candidate, decoded once
+    assert lines[1] == "beam 4, alpha 1: BLEU 31.5" and len(lines) == 4
+    decoded.clear()
+    assert choose_alpha(None, None, pairs, 4, [0.6]) == {"beam": 4, "alpha": 0.6, "valid_bleu": {}}
+    assert choose_alpha(None, None, pairs, 1)["alpha"] == ALPHA_CANDIDATES[0] == 0.6 and decoded == []
+
+
+def test_choose_alpha_on_a_real_model_picks_a_candidate_it_scored(model, tokenizer):
+    pairs = list(zip(SENTENCES[:4], SENTENCES[2:6]))
+    chosen = choose_alpha(model, tokenizer, pairs, beam_size=2, alphas=(0.0, 0.6, 2.0))
+    assert list(chosen["valid_bleu"]) == ["0", "0.6", "2"] and chosen["beam"] == 2
+    hypotheses = translate(model, tokenizer, [s for s, _ in pairs], beam_size=2, alpha=chosen["alpha"])
+    assert chosen["valid_bleu"][f"{chosen['alpha']:g}"] == max(chosen["valid_bleu"].values()) == round(
+        score_translations(hypotheses, [t for _, t in pairs])["bleu"], 2)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"alphas": []}, ValueError, "alphas is empty"),
+    ({"alphas": 0.6}, TypeError, "alphas must be a sequence of numbers"),
+    ({"alphas": "0.6"}, TypeError, "alphas must be a sequence of numbers"),
+    ({"alphas": (0.6, float("nan"))}, ValueError, "alpha must be a finite number"),
+    ({"alphas": (0.6, 11)}, ValueError, r"alpha must be a finite number in \[-10, 10\]"),
+    ({"beam_size": 0}, ValueError, "beam_size must be a positive int"),
+    ({"pairs": ["a dog"]}, TypeError, "pairs must be a list of \\(source, reference\\) pairs"),
+    ({"pairs": []}, ValueError, "no sentences to score"),
+])
+def test_choose_alpha_refuses_bad_input_before_decoding(model, tokenizer, kwargs, error, match):
+    arguments = {"pairs": [("a cat", "a dog")], "beam_size": 2, "alphas": (0.6, 1.0), **kwargs}
+    with pytest.raises(error, match=match):
+        choose_alpha(model, tokenizer, **arguments)

@@ -166,6 +166,19 @@ def test_evaluate_run_reproduced_the_table(seed, split, sentences):
 
 
 @pytest.mark.parametrize("seed", SEEDS)
+def test_evaluate_alpha_auto_chose_as_the_benchmark_did(seed):
+    """evaluate_test_2016_beam4_auto.json: `evaluate --run ... --alpha auto` chose the benchmark's α from the
+    same validation scores (both call choose_alpha) and scored test_2016 as the table does."""
+    record = json.loads((RESULTS / seed / "evaluate_test_2016_beam4_auto.json").read_text())
+    assert record["command"].startswith("python -m transformer_lib evaluate --run ")
+    assert " --split test_2016 --beam 4 --alpha auto " in record["command"]
+    ours, output = load_metrics(seed)["models"]["ours"], record["output"]
+    assert output["alpha"] == ours["length_penalty"]["alpha"]
+    assert output["alpha_valid_bleu"] == ours["length_penalty"]["valid_bleu"]
+    assert output["sentences"] == 1000 and round(output["bleu"], 2) == ours["test"]["test_2016"]["beam4"]["bleu"]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
 def test_both_models_chose_alpha_the_same_way(seed):
     """The same decoding rule for both: beam 4, α from the same candidates, each model the one its own
     validation BLEU ranked first (the first of equals)."""

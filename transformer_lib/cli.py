@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from transformer_lib.run_config import RunError, one_line
-from transformer_lib.options import (add_setting, checked_number, device_name, parse_duration,  # noqa: F401
-                                     path_argument)
+from transformer_lib.options import (add_setting, alpha_choice, checked_number, device_name,  # noqa: F401
+                                     parse_duration, path_argument)
 from transformer_lib.settings import INT_LIMIT, TrainSettings
 
 # torch and the course's other modules are imported inside the commands, after argparse has checked
@@ -77,8 +77,15 @@ def build_parser() -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=text)
         sub.add_argument("--run", type=path_argument, required=True, help="run folder written by `train`")
         sub.add_argument("--beam", type=positive_int, default=1, help="beam size, 1 = greedy (default: 1)")
-        sub.add_argument("--alpha", type=nonnegative_float, default=0.6,
-                         help="length penalty α for beam search (default: 0.6)")
+        if name == "translate":
+            sub.add_argument("--alpha", type=nonnegative_float, default=0.6,
+                             help="length penalty α for beam search (default: 0.6, the paper's)")
+        else:
+            sub.add_argument("--alpha", type=alpha_choice, default=0.6, metavar="ALPHA|A,B,...|auto",
+                             help="length penalty α for beam search (default: 0.6, the paper's); or candidates, "
+                                  "separated by commas, from which the one whose beam search scores the highest "
+                                  "BLEU on the run's validation split is chosen (--limit applies there too); auto: "
+                                  "0.6, 0.8, ..., 2.0")
         sub.add_argument("--device", type=device_name, default=None,
                          help="cuda, mps or cpu (default: the best present)")
         sub.add_argument("--compile", action="store_true",
@@ -235,6 +242,26 @@ def translate_command(args) -> list[str]:
     return outputs
 
 
+def _alpha(args, model, tokenizer, meta) -> tuple[float, dict | None]:
+    """The α to decode with: `--alpha` itself, or, given candidates, the one `choose_alpha` takes on the run's
+    validation split (the first `--limit` pairs of it), each candidate's score said on stderr."""
+    from transformer_lib.evaluation import ALPHA_CANDIDATES, choose_alpha
+    from transformer_lib.run_config import evaluation_pairs
+    if isinstance(args.alpha, float):
+        return args.alpha, None
+    candidates = ALPHA_CANDIDATES if args.alpha == "auto" else args.alpha
+    if args.beam == 1:                  # greedy decoding has no length penalty to choose
+        return candidates[0], None
+    valid = evaluation_pairs(args.run, meta, "valid", args.data_dir, None)[:args.limit]
+    if not valid:
+        raise RunError("the run has no validation pairs to choose alpha on; give --alpha a number")
+    valid, _ = _within_max_len(tokenizer, valid, meta["model"]["max_len"], "valid")
+    chosen = choose_alpha(model, tokenizer, valid, args.beam, candidates,
+                          report=lambda line: print(f"choosing alpha on valid: {line}", file=sys.stderr))
+    print(f"choosing alpha on valid: alpha {chosen['alpha']:g} scored highest", file=sys.stderr)
+    return chosen["alpha"], chosen
+
+
 def evaluate_command(args) -> dict:
     """Score the run on its own `--split` (its recorded data source's, carved again by its recorded
     seed), or on the pairs of `--data`."""
@@ -247,10 +274,12 @@ def evaluate_command(args) -> dict:
     pairs = evaluation_pairs(args.run, meta, args.split, args.data_dir, args.data)[:args.limit]
     args.split = args.split if args.data is None else args.data
     pairs, skipped = _within_max_len(tokenizer, pairs, meta["model"]["max_len"], args.split)
+    alpha, chosen = _alpha(args, model, tokenizer, meta)
     start = time.perf_counter()
-    hypotheses = translate(model, tokenizer, [s for s, _ in pairs], beam_size=args.beam, alpha=args.alpha)
+    hypotheses = translate(model, tokenizer, [s for s, _ in pairs], beam_size=args.beam, alpha=alpha)
     metrics = score_translations(hypotheses, [t for _, t in pairs])
-    metrics.update(split=args.split, sentences=len(pairs), beam=args.beam,
+    metrics.update(split=args.split, sentences=len(pairs), beam=args.beam, **({"alpha": alpha} if args.beam > 1 else {}),
+                   **({"alpha_valid_bleu": chosen["valid_bleu"]} if chosen else {}),
                    decode_seconds=round(time.perf_counter() - start, 1), **({"skipped": skipped} if skipped else {}))
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
