@@ -241,9 +241,15 @@ def link_problem(href: str, origin: str) -> str | None:
 
 @pytest.fixture(scope="session")
 def built_site() -> Path:
-    index = SITE / "index.html"
-    if not index.exists() or newest_mtime(SOURCES) > index.stat().st_mtime:
-        subprocess.run(["bash", "scripts/build_site.sh"], cwd=ROOT, check=True)
+    """The site, built once: under a lock, since workers that share this file's tests (`pytest -n N`
+    without `--dist loadfile`) would otherwise rebuild build/site at the same time and break each other."""
+    import fcntl                                   # POSIX; the site's tests do not run on Windows
+    SITE.parent.mkdir(parents=True, exist_ok=True)
+    with open(SITE.parent / "site.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)          # released when the file closes, also on an error
+        index = SITE / "index.html"
+        if not index.exists() or newest_mtime(SOURCES) > index.stat().st_mtime:
+            subprocess.run(["bash", "scripts/build_site.sh"], cwd=ROOT, check=True)
     return SITE
 
 
