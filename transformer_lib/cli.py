@@ -22,7 +22,7 @@ from pathlib import Path
 
 from transformer_lib.run_config import RunError, one_line
 from transformer_lib.options import (add_setting, alpha_choice, checked_number, device_name,  # noqa: F401
-                                     parse_duration, path_argument)
+                                     nonnegative_float, parse_duration, path_argument)
 from transformer_lib.settings import INT_LIMIT, TrainSettings
 
 # torch and the course's other modules are imported inside the commands, after argparse has checked
@@ -32,7 +32,6 @@ from transformer_lib.settings import INT_LIMIT, TrainSettings
 ATTENTION_MAX_TOKENS = 150    # the most tokens a side of `translate --attention` draws (30 px a token)
 positive_int = checked_number({"kind": int, "ok": lambda v: 0 < v <= INT_LIMIT,
                                "wanted": f"a positive integer (at most {INT_LIMIT})"})
-nonnegative_float = checked_number({"kind": float, "ok": lambda v: v >= 0, "wanted": "a finite number >= 0"})
 
 
 def attention_head(text: str) -> int | str:

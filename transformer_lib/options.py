@@ -25,14 +25,18 @@ def checked_number(rule: dict):
     return parse
 
 
+def nonnegative_float(text: str) -> float:
+    """A finite number >= 0 (`translate --alpha`, and each candidate of `alpha_choice`)."""
+    return checked_number({"kind": float, "ok": lambda v: v >= 0, "wanted": "a finite number >= 0"})(text)
+
+
 def alpha_choice(text: str) -> float | tuple[float, ...] | str:
     """`evaluate --alpha`: one α (a number >= 0); or candidates to choose from on the validation set,
     numbers separated by commas, or `auto` for `transformer_lib.evaluation.ALPHA_CANDIDATES`."""
     if text == "auto":
         return text
-    one = checked_number({"kind": float, "ok": lambda v: v >= 0, "wanted": "a finite number >= 0"})
     try:
-        alphas = tuple(one(word) for word in text.split(","))
+        alphas = tuple(nonnegative_float(word) for word in text.split(","))
     except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(f"must be a finite number >= 0 (e.g. 0.6), such numbers separated by commas to "
                                          f"choose from on the validation set (e.g. 0.6,1.0,1.4), or auto; got {text!r}") from None
