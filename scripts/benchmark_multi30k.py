@@ -63,7 +63,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from transformer_lib.data import TranslationData, load_pairs  # noqa: E402
 from transformer_lib.decoding import _check_alpha  # noqa: E402
-from transformer_lib.device import faster_cpu_autocast, pick_amp  # noqa: E402
+from transformer_lib.device import faster_cpu_autocast, keep_freed_memory, pick_amp  # noqa: E402
 from transformer_lib.evaluation import ALPHA_CANDIDATES, choose_alpha, score_translations, translate  # noqa: E402
 from transformer_lib.files import fingerprint_tokenizer  # noqa: E402
 from transformer_lib.model import TransformerConfig  # noqa: E402
@@ -358,6 +358,9 @@ def main() -> None:
     args.weights_dir = args.weights_dir or ROOT / "runs" / f"seed_{args.seed}"
     if args.threads:
         torch.set_num_threads(args.threads)
+    # For both models alike, before either trains: on a CPU, freed blocks are reused, not mapped afresh each step
+    # (`train` does the same for its runs on a CPU).
+    args.malloc_keeps_freed = torch.device(args.device).type == "cpu" and keep_freed_memory()
     args.out.mkdir(parents=True, exist_ok=True)
     train_pairs, valid_pairs, test_sets, tokenizer, config, data = shared_data(args)
     tokenizer.save(args.out / "tokenizer.json")
@@ -391,7 +394,7 @@ def main() -> None:
                 weights.parent.mkdir(parents=True, exist_ok=True)
                 torch.save(model.state_dict(), weights)        # runs/ is not committed
             result.update(command="python scripts/benchmark_multi30k.py " + " ".join(sys.argv[1:]),
-                          hardware=_hardware(args.device),
+                          hardware={**_hardware(args.device), "malloc_keeps_freed": args.malloc_keeps_freed},
                           config={k: _portable(v) for k, v in vars(args).items()} | {"model": vars(config)})
             if args.valid_only:
                 (args.out / f"model_{name}.json").write_text(json.dumps(result, indent=1))

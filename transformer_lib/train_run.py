@@ -233,6 +233,7 @@ def train_run(run, settings: TrainSettings, announce: bool = True) -> dict:
     was read, the model and precision, what changed on resume, the validation losses without a bar, and at
     the end where the run is and how to score it (course_model keeps the notebooks' output free of them)."""
     import torch
+    from transformer_lib.device import keep_freed_memory
     from transformer_lib.distributed import DistributedTrainer, launched_by_torchrun, setup_distributed
     from transformer_lib.training import Trainer
     if not isinstance(settings, TrainSettings):
@@ -244,6 +245,8 @@ def train_run(run, settings: TrainSettings, announce: bool = True) -> dict:
     check_settings(s, device)
     if s.threads:
         torch.set_num_threads(s.threads)
+    if device.type == "cpu":
+        keep_freed_memory()         # large blocks reused between steps, not mapped afresh (device.py says why)
     context = setup_distributed(device) if launched_by_torchrun() else None
     device, rank, world_size = (context.device, context.rank, context.world_size) if context else (device, 0, 1)
     say = (lambda text: print(text, file=sys.stderr)) if rank == 0 and announce else (lambda text: None)
