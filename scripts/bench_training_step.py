@@ -30,6 +30,10 @@ FLOP/s divides the step's matmul FLOPs (`transformer_lib.model.transformer_flops
 shapes, derived in notebook 14) by the step time; the peak is a large matmul's FLOP/s measured here
 at the same thread count and dtype: what this CPU's math library reaches at best.
 
+On a CPU the script lets glibc's malloc keep freed blocks for reuse, as `train` does
+(`keep_freed_memory`; `--default-malloc` leaves malloc as it is, as the script did before 2026-11-27's
+evening: each step's largest blocks were then mapped afresh; the header line says which).
+
 `--device cuda` runs the same on a GPU. `--ladder` instead climbs the speed ladder of one model
 (`--model base`, the paper's 48M-parameter base model with the shared 8k vocabulary, by default) on
 one device, each row adding one change to the last row that ran: float32 -> mixed precision (bf16;
@@ -62,7 +66,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from peer_transformer import PeerTransformer  # noqa: E402
 from transformer_lib.data import Batch, TranslationData, load_pairs  # noqa: E402
-from transformer_lib.device import cpu_has_native_bf16, pick_amp  # noqa: E402
+from transformer_lib.device import cpu_has_native_bf16, keep_freed_memory, pick_amp  # noqa: E402
 from transformer_lib.model import (TransformerConfig, build_transformer, set_inner_dropout,  # noqa: E402
                                    transformer_flops)
 from transformer_lib.tokenization import SubwordTokenizer  # noqa: E402
@@ -483,8 +487,11 @@ def main() -> None:
     p.add_argument("--matmul-size", type=int, default=None, help="n of the n×n matmul that measures the peak "
                    "(default 8192 on a GPU, 2048 on a CPU)")
     p.add_argument("--json", type=Path, default=None, help="--ladder: also write the rows here (JSON)")
+    p.add_argument("--default-malloc", action="store_true", help="on a CPU, leave glibc's malloc as it is; by "
+                   "default it keeps freed blocks for reuse, as `train` has it (transformer_lib.device.keep_freed_memory)")
     args = p.parse_args()
     device = _device(args.device)
+    kept = device.type == "cpu" and not args.default_malloc and keep_freed_memory()
     args.matmul_size = args.matmul_size or (8192 if device.type == "cuda" else 2048)
     for name in ("real_batches", "repeats", "warmup", "larger_batch", "matmul_size", "max_tokens", "threads"):
         value = getattr(args, name)
@@ -503,7 +510,8 @@ def main() -> None:
     config = TransformerConfig(tokenizer.vocab_size, tokenizer.vocab_size, 256, 4, 1024, 3, 3, 0.1,
                                norm_first=True, pad_id=tokenizer.pad_id)
     print(f"torch {torch.__version__}, {_device_name(device)}, CPU: {cpu_features()}, "
-          f"ONEDNN_MAX_CPU_ISA={os.environ.get('ONEDNN_MAX_CPU_ISA', 'unset')}; median of {args.repeats} rounds")
+          f"ONEDNN_MAX_CPU_ISA={os.environ.get('ONEDNN_MAX_CPU_ISA', 'unset')}, malloc keeps freed blocks: "
+          f"{'yes' if kept else 'no'}; median of {args.repeats} rounds")
     variants = build_variants(config, not args.no_compile, device)
     for title, threads, batches in [("synthetic batch", args.synthetic_threads, synthetic_batches(config)),
                                     ("Multi30k batches", args.threads,

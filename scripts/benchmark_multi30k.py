@@ -325,6 +325,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--weights-dir", type=Path, default=None, help="where trained weights are kept "
                    "(not committed; default: runs/seed_SEED)")
     p.add_argument("--eval-only", action="store_true", help="re-score weights saved by an earlier run")
+    p.add_argument("--default-malloc", action="store_true", help="on a CPU, leave glibc's malloc as it is; by default "
+                   "both models' process lets it keep freed blocks for reuse, as `train` does "
+                   "(transformer_lib.device.keep_freed_memory)")
+    p.add_argument("--assemble", action="store_true", help="train and decode nothing: rebuild --out's metrics.json, "
+                   "curves.png and samples.md from its model_*.json, after a model's files were copied in from a run "
+                   "made with another --out (ours' run folder into OUT/runs/ours)")
     p.add_argument("--summarize", action="store_true", help=f"train nothing: write {RESULTS.relative_to(ROOT)}/"
                    "summary.json, each model's scores per seed and their mean, from every seed_*/metrics.json there")
     return p
@@ -354,16 +360,21 @@ def main() -> None:
     if args.summarize:
         print(json.dumps(summarize(RESULTS), indent=1))
         return
+    if args.assemble and (args.valid_only or args.eval_only):
+        _refuse("--assemble rebuilds a run's test-set record: leave out --valid-only and --eval-only")
     args.out = args.out or RESULTS / f"seed_{args.seed}"
     args.weights_dir = args.weights_dir or ROOT / "runs" / f"seed_{args.seed}"
     if args.threads:
         torch.set_num_threads(args.threads)
     # For both models alike, before either trains: on a CPU, freed blocks are reused, not mapped afresh each step
     # (`train` does the same for its runs on a CPU).
-    args.malloc_keeps_freed = torch.device(args.device).type == "cpu" and keep_freed_memory()
+    args.malloc_keeps_freed = torch.device(args.device).type == "cpu" and not args.default_malloc and keep_freed_memory()
     args.out.mkdir(parents=True, exist_ok=True)
     train_pairs, valid_pairs, test_sets, tokenizer, config, data = shared_data(args)
     tokenizer.save(args.out / "tokenizer.json")
+    if args.assemble:
+        assemble_copied_runs(args.out, train_pairs, test_sets, tokenizer)
+        return
     beams = [int(b) for b in args.beams.split(",")]
     for name in args.models.split(","):
         weights, model_tokenizer = args.weights_dir / f"multi30k_{name}.pt", tokenizer    # the peer's weights
@@ -375,11 +386,8 @@ def main() -> None:
                 model = PeerTransformer(config).to(args.device)
                 model.load_state_dict(torch.load(weights, map_location=args.device, weights_only=True))
             result = json.loads((args.out / f"model_{name}.json").read_text())
-            if name == "ours" and result.get("run") not in (None, _portable(args.out / RUN_FOLDER)):
-                # a run folder copied here from where it trained: record where it is now
-                moved = _portable(args.out / RUN_FOLDER)
-                result["train_command"] = result["train_command"].replace(shlex.quote(result["run"]), shlex.quote(moved))
-                result["run"] = moved
+            if name == "ours":
+                _record_moved_run(result, args.out)
             result["eval_command"] = "python scripts/benchmark_multi30k.py " + " ".join(sys.argv[1:])
             result.setdefault("recipe", recipe_for(name, args))
             if "valid_greedy" not in result and not result["recipe"]["average_last"]:
@@ -413,6 +421,25 @@ def main() -> None:
         return
     report = _assemble(args.out, train_pairs, test_sets, tokenizer)
     print(json.dumps({n: {"steps": m["steps"], "test": m["test"]} for n, m in report["models"].items()}, indent=1))
+
+
+def _record_moved_run(result: dict, out: Path) -> None:
+    """Ours' run folder copied to OUT/runs/ours from where it trained: record where it is now."""
+    moved = _portable(out / RUN_FOLDER)
+    if result.get("run") not in (None, moved):
+        result["train_command"] = result["train_command"].replace(shlex.quote(result["run"]), shlex.quote(moved))
+        result["run"] = moved
+
+
+def assemble_copied_runs(out: Path, train_pairs, test_sets, tokenizer) -> dict:
+    """--assemble: OUT's metrics.json, curves and samples from its model_*.json, as a run writes them, after
+    a model's files (and ours' run folder) were copied in from a run with another --out; decodes nothing."""
+    ours = out / "model_ours.json"
+    if ours.is_file():
+        result = json.loads(ours.read_text())
+        _record_moved_run(result, out)
+        ours.write_text(json.dumps(result, indent=1))
+    return _assemble(out, train_pairs, test_sets, tokenizer)
 
 
 def seed_scores(result: dict) -> dict:

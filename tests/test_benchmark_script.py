@@ -6,6 +6,8 @@ command in docs/results.md; its committed results are checked by tests/test_resu
 import gzip
 import importlib.util
 import json
+import platform
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -94,6 +96,21 @@ def test_benchmark_smoke_run(tmp_path, device, multi30k_slice):
     assert translated.returncode == 0 and translated.stdout.splitlines() == hypotheses, translated.stderr
     drawn = cli("translate", "--run", run, "--device", device, "--attention", tmp_path / "map.png", sources[0])
     assert drawn.returncode == 0 and (tmp_path / "map.png").is_file(), drawn.stderr
+    # Both models' processes let malloc keep freed blocks on a CPU (as `train` does), nowhere else.
+    glibc = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+    assert ours["hardware"]["malloc_keeps_freed"] is (device == "cpu" and glibc)
+    # --assemble: the files copied elsewhere (ours' run folder too) give the same record, ours' run path updated.
+    moved = tmp_path / "moved"
+    shutil.copytree(out, moved)
+    (moved / "metrics.json").unlink()
+    assembled = subprocess.run([*command[:command.index("--out") + 1], str(moved), *command[command.index("--out") + 2:],
+                                "--assemble"], capture_output=True, text=True, timeout=600)
+    assert assembled.returncode == 0, assembled.stderr[-3000:]
+    again = json.loads((moved / "metrics.json").read_text())["models"]
+    assert again["peer"] == peer and again["ours"]["run"] == str(moved / "runs" / "ours")
+    assert again["ours"]["train_command"] == ours["train_command"].replace(str(run), str(moved / "runs" / "ours"))
+    assert {k: v for k, v in again["ours"].items() if k not in ("run", "train_command")} == {
+        k: v for k, v in ours.items() if k not in ("run", "train_command")}
 
 
 def test_ours_and_the_peer_draw_the_same_batches(tmp_path, monkeypatch, multi30k_slice):
@@ -158,6 +175,7 @@ def test_results_page_gives_the_benchmarks_train_command():
 @pytest.mark.parametrize("device, message", [
     ("gpu", "--device 'gpu' is not a device; use cpu, cuda, cuda:N or mps"),
     ("cpu --ours-amp fp16", "fp16 autocast (with its GradScaler) needs a CUDA device, not --device cpu"),
+    ("cpu --assemble --valid-only", "--assemble rebuilds a run's test-set record: leave out --valid-only and --eval-only"),
     pytest.param("cuda", "--device cuda: no CUDA device is visible here", marks=pytest.mark.skipif(
         torch.cuda.is_available(), reason="needs a machine without CUDA")),
 ])

@@ -93,8 +93,12 @@ def test_side_by_side_shares_data_budget_architecture_and_machine(seed):
     assert {k: ours["config"][k] for k in shared} == {k: peer["config"][k] for k in shared}
     assert ours["config"]["model"] == peer["config"]["model"]
     assert ours["parameters"] == peer["parameters"]
-    # the same machine; a record made before the script wrote the device down (the peer's runs) was a CPU's
-    assert {"device": "cpu"} | ours["hardware"] == {"device": "cpu"} | peer["hardware"]
+    # the same machine; a record made before the script wrote the device down (the peer's runs) was a CPU's.
+    # How malloc was set is the process's, not the machine's: a record made before the script set it (the
+    # peer's runs) ran with malloc as it is; docs/results.md says what the setting changed.
+    def machine(result: dict) -> dict:
+        return {"device": "cpu"} | {k: v for k, v in result["hardware"].items() if k != "malloc_keeps_freed"}
+    assert machine(ours) == machine(peer)
     # The peer keeps the standard recipe; only ours averages checkpoints (and they are the last ones).
     assert peer["recipe"]["amp"] is None and peer["recipe"]["average_last"] == 0
     averaged = ours["recipe"].get("averaged_steps", [])
@@ -165,14 +169,22 @@ def test_evaluate_run_reproduced_the_table(seed, split, sentences):
     assert round(record["output"]["bleu"], 2) == stored
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_evaluate_alpha_auto_chose_as_the_benchmark_did(seed):
-    """evaluate_test_2016_beam4_auto.json: `evaluate --run ... --alpha auto` chose the benchmark's α from the
-    same validation scores (both call choose_alpha) and scored test_2016 as the table does."""
-    record = json.loads((RESULTS / seed / "evaluate_test_2016_beam4_auto.json").read_text())
+AUTO_RECORDS = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "results").glob("**/evaluate_test_2016_beam4_auto.json"))
+
+
+def test_some_run_was_scored_with_alpha_auto():
+    assert AUTO_RECORDS
+
+
+@pytest.mark.parametrize("path", AUTO_RECORDS)
+def test_evaluate_alpha_auto_chose_as_the_benchmark_did(path):
+    """evaluate_test_2016_beam4_auto.json (beside a run's model_ours.json: a committed seed's, or a replaced
+    one's under multi30k_trials): `evaluate --run ... --alpha auto` chose the benchmark's α from the same
+    validation scores (both call choose_alpha) and scored test_2016 as the benchmark did."""
+    record = json.loads((REPO / path).read_text())
     assert record["command"].startswith("python -m transformer_lib evaluate --run ")
     assert " --split test_2016 --beam 4 --alpha auto " in record["command"]
-    ours, output = load_metrics(seed)["models"]["ours"], record["output"]
+    ours, output = json.loads((REPO / path).with_name("model_ours.json").read_text()), record["output"]
     assert output["alpha"] == ours["length_penalty"]["alpha"]
     assert output["alpha_valid_bleu"] == ours["length_penalty"]["valid_bleu"]
     assert output["sentences"] == 1000 and round(output["bleu"], 2) == ours["test"]["test_2016"]["beam4"]["bleu"]
