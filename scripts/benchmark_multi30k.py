@@ -325,9 +325,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--weights-dir", type=Path, default=None, help="where trained weights are kept "
                    "(not committed; default: runs/seed_SEED)")
     p.add_argument("--eval-only", action="store_true", help="re-score weights saved by an earlier run")
-    p.add_argument("--default-malloc", action="store_true", help="on a CPU, leave glibc's malloc as it is; by default "
-                   "both models' process lets it keep freed blocks for reuse, as `train` does "
-                   "(transformer_lib.device.keep_freed_memory)")
+    p.add_argument("--default-malloc", action="store_true", help="with --models peer only, on a CPU: leave glibc's "
+                   "malloc as it is; by default the process lets it keep freed blocks for reuse, as `train` always "
+                   "does on a CPU, and so for ours (transformer_lib.device.keep_freed_memory)")
     p.add_argument("--assemble", action="store_true", help="train and decode nothing: rebuild --out's metrics.json, "
                    "curves.png and samples.md from its model_*.json, after a model's files were copied in from a run "
                    "made with another --out (ours' run folder into OUT/runs/ours)")
@@ -360,6 +360,9 @@ def main() -> None:
     if args.summarize:
         print(json.dumps(summarize(RESULTS), indent=1))
         return
+    if args.default_malloc and "ours" in args.models.split(","):
+        _refuse("--default-malloc needs --models peer: ours trains through `train`, which lets malloc keep freed "
+                "memory on a CPU")
     if args.assemble and (args.valid_only or args.eval_only):
         _refuse("--assemble rebuilds a run's test-set record: leave out --valid-only and --eval-only")
     args.out = args.out or RESULTS / f"seed_{args.seed}"

@@ -176,6 +176,7 @@ def test_results_page_gives_the_benchmarks_train_command():
     ("gpu", "--device 'gpu' is not a device; use cpu, cuda, cuda:N or mps"),
     ("cpu --ours-amp fp16", "fp16 autocast (with its GradScaler) needs a CUDA device, not --device cpu"),
     ("cpu --assemble --valid-only", "--assemble rebuilds a run's test-set record: leave out --valid-only and --eval-only"),
+    ("cpu --default-malloc", "--default-malloc needs --models peer: ours trains through `train`, which lets malloc"),
     pytest.param("cuda", "--device cuda: no CUDA device is visible here", marks=pytest.mark.skipif(
         torch.cuda.is_available(), reason="needs a machine without CUDA")),
 ])

@@ -124,7 +124,7 @@ def pick_amp(device, model: nn.Module | None = None, batches: list | None = None
 # ---------------------------------------------------------------- the CPU's memory allocator
 # glibc's malloc serves each block of 32 MiB or more with its own mmap and returns it to the system when it
 # is freed. A training step on a CPU allocates several such blocks (the logits and their gradients, B·T × V:
-# 2,048 positions × 8,000 tokens in float32 are 64 MB) and frees them again, so every step the kernel maps
+# 2,048 positions × 8,000 tokens in float32 are 66 MB) and frees them again, so every step the kernel maps
 # and zeroes those pages anew (about 25 ms for 64 MB on this project's 2-core EPYC). Raising the threshold
 # keeps freed blocks in the heap for the next step instead: no arithmetic changes, only where memory comes from.
 _KEEP_FREED_BYTES = 1 << 30      # blocks up to 1 GiB come from the heap and stay there when freed
@@ -135,7 +135,7 @@ def keep_freed_memory() -> bool:
     """Let glibc's malloc keep freed memory (blocks up to 1 GiB) for reuse, instead of mapping large
     blocks afresh for each use and unmapping them when freed. For the whole process, from now on: its
     memory stays near its peak. True where it took effect (Linux with glibc); False elsewhere (macOS,
-    Windows, musl), where nothing changes. `train` calls it for a run on the CPU."""
+    Windows, musl, or a glibc that refuses so high a threshold), where nothing changes. `train` calls it for a run on the CPU."""
     import ctypes
     import ctypes.util
     import platform
