@@ -61,7 +61,7 @@ mallinfo2 = ctypes.CDLL("libc.so.6").mallinfo2
 mallinfo2.restype = MallInfo2
 if sys.argv[1] == "keep" and not keep_freed_memory():
     sys.exit("keep_freed_memory() said False")
-block = torch.ones(16_000_000)           # 64 MB, as a step's float32 logits
+block = torch.ones(16_000_000)           # 64 MB, about a step's float32 logits
 print(mallinfo2().hblkhd)                # bytes in blocks that malloc mapped on their own (and unmaps on free)
 """
 

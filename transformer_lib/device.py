@@ -125,7 +125,7 @@ def pick_amp(device, model: nn.Module | None = None, batches: list | None = None
 # glibc's malloc serves each block of 32 MiB or more with its own mmap and returns it to the system when it
 # is freed. A training step on a CPU allocates several such blocks (the logits and their gradients, B·T × V:
 # 2,048 positions × 8,000 tokens in float32 are 66 MB) and frees them again, so every step the kernel maps
-# and zeroes those pages anew (about 25 ms for 64 MB on this project's 2-core EPYC). Raising the threshold
+# and zeroes those pages anew (docs/results.md, Speed, has what that cost). Raising the threshold
 # keeps freed blocks in the heap for the next step instead: no arithmetic changes, only where memory comes from.
 _KEEP_FREED_BYTES = 1 << 30      # blocks up to 1 GiB come from the heap and stay there when freed
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3     # mallopt's parameter numbers, from glibc's malloc.h
