@@ -78,6 +78,12 @@ VARIANTS = ("peer fp32", "ours fp32", "ours bf16", "ours bf16, paper dropout",
 TOKENIZER = ROOT / "results" / "multi30k" / "seed_0" / "tokenizer.json"   # the Multi30k benchmark's vocabulary
 
 
+def multi30k_model_config(tokenizer) -> TransformerConfig:
+    """The Multi30k benchmark's model (pre-LN, D=256, 4 heads, d_ff 1024, 3+3 layers, dropout 0.1) on `tokenizer`."""
+    return TransformerConfig(tokenizer.vocab_size, tokenizer.vocab_size, 256, 4, 1024, 3, 3, 0.1,
+                             norm_first=True, pad_id=tokenizer.pad_id)
+
+
 def training_step(model: nn.Module, bf16: bool, pad_id: int):
     """One update as the Trainer makes it: autocast forward, loss, backward, clip to norm 1, Adam step."""
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
@@ -507,8 +513,7 @@ def main() -> None:
         ladder(args, device, tokenizer)
         return
     args.max_tokens = args.max_tokens or 2048
-    config = TransformerConfig(tokenizer.vocab_size, tokenizer.vocab_size, 256, 4, 1024, 3, 3, 0.1,
-                               norm_first=True, pad_id=tokenizer.pad_id)
+    config = multi30k_model_config(tokenizer)
     print(f"torch {torch.__version__}, {_device_name(device)}, CPU: {cpu_features()}, "
           f"ONEDNN_MAX_CPU_ISA={os.environ.get('ONEDNN_MAX_CPU_ISA', 'unset')}, malloc keeps freed blocks: "
           f"{'yes' if kept else 'no'}; median of {args.repeats} rounds")

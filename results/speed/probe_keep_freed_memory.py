@@ -28,12 +28,9 @@ def one_process(mode: str) -> str:
     spec = importlib.util.spec_from_file_location("bench", ROOT / "scripts" / "bench_training_step.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    from transformer_lib.model import TransformerConfig
-    from transformer_lib.tokenization import SubwordTokenizer
-    tokenizer = SubwordTokenizer.load(bench.TOKENIZER)
-    config = TransformerConfig(tokenizer.vocab_size, tokenizer.vocab_size, 256, 4, 1024, 3, 3, 0.1, norm_first=True,
-                               pad_id=tokenizer.pad_id)
-    variants = {k: v for k, v in bench.build_variants(config, False).items() if k in VARIANTS}
+    tokenizer = bench.SubwordTokenizer.load(bench.TOKENIZER)
+    variants = {k: v for k, v in bench.build_variants(bench.multi30k_model_config(tokenizer), False).items()
+                if k in VARIANTS}
     data_dir = os.environ.get("MULTI30K_DIR", str(ROOT.parent / "shared" / "data" / "multi30k"))
     batches = bench.real_batches(data_dir, 28, 2048, tokenizer)[8:28]
     torch.set_num_threads(2)
